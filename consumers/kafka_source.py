@@ -1,0 +1,81 @@
+"""A Kafka consumer that hands out batches and commits exactly what it is told to.
+
+Auto-commit is off: the loop commits a batch's offsets only after its effects are durable
+(at-least-once). Idle time counts from the first assignment, because a group's first join can
+take as long as the rebalance timeout and "nothing arrived" means nothing until then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+
+class KafkaSource:
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_poll_interval_ms: int = 10000,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "max.poll.interval.ms": max_poll_interval_ms,
+                "session.timeout.ms": min(45000, max(6000, max_poll_interval_ms)),
+                "partition.assignment.strategy": "cooperative-sticky",
+                **(extra or {}),
+            }
+        )
+        self._consumer.subscribe(list(topics), on_assign=self._on_assign)
+        self.assigned_at: float | None = None
+        self.last_message_at: float | None = None
+
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self.assigned_at is None:
+            self.assigned_at = time.monotonic()
+
+    def poll_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        messages = self._consumer.consume(max_messages, timeout)
+        good = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                good.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF and err.fatal():
+                raise RuntimeError(f"fatal consumer error: {err}")
+        if good:
+            self.last_message_at = time.monotonic()
+        return good
+
+    def idle_for(self) -> float:
+        """Seconds since the last message (or the first assignment); 0 before assignment."""
+        if self.assigned_at is None:
+            return 0.0
+        return time.monotonic() - (self.last_message_at or self.assigned_at)
+
+    def commit(self, messages: Sequence[Message]) -> None:
+        """Commit the offset after the last message of each partition, synchronously."""
+        highest: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            assert topic is not None and partition is not None and offset is not None
+            key = (topic, partition)
+            highest[key] = max(highest.get(key, -1), offset)
+        if highest:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o + 1) for (t, p), o in highest.items()],
+                asynchronous=False,
+            )
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,138 @@
+"""The consume loop: decode, dead-letter, apply, confirm, commit; repeat.
+
+Commit policy: a batch is committed only after its effects are applied and its dead letters are
+acknowledged. A transient failure (a memcached server or the store not answering) retries the
+same batch with backoff and never skips it. Any other exception is treated as a poison event: the
+batch is re-applied one event at a time and only the events that still fail are dead-lettered.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pymongo.errors import ConnectionFailure, OperationFailure
+
+from consumers.dead_letter import DeadLetterError, DeadLetters
+from consumers.kafka_source import KafkaSource
+from consumers.positions import Positioned, Rejected, decode_message
+from graph import CacheUnavailable, ListWriteError
+
+log = logging.getLogger("fanout.consumer")
+TRANSIENT = (
+    CacheUnavailable,
+    ListWriteError,
+    DeadLetterError,
+    sqlite3.OperationalError,
+    ConnectionFailure,
+    OperationFailure,
+)
+
+
+class Applier(Protocol):
+    @property
+    def accepted(self) -> tuple[type, ...]:
+        """The event classes this applier takes; others are dead-lettered."""
+        ...
+
+    def apply(self, batch: Sequence[Positioned]) -> Any: ...
+
+
+@dataclass
+class LoopStats:
+    batches: int = 0
+    applied: int = 0
+    dead_lettered: int = 0
+    retries: int = 0
+
+
+class Stopped(Exception):
+    """Asked to stop while a batch was still failing: exit without committing it."""
+
+
+@dataclass
+class ConsumeLoop:
+    source: KafkaSource
+    applier: Applier
+    dead_letters: DeadLetters
+    stop: threading.Event
+    batch_size: int = 1000
+    poll_timeout: float = 0.5
+    max_backoff: float = 5.0
+
+    def __post_init__(self) -> None:
+        self.stats = LoopStats()
+
+    def run(self, until_idle: float | None = None) -> LoopStats:
+        while not self.stop.is_set():
+            messages = self.source.poll_batch(self.batch_size, self.poll_timeout)
+            if messages:
+                self._handle(messages)
+            elif until_idle is not None and self.source.idle_for() >= until_idle:
+                break
+        return self.stats
+
+    def _handle(self, messages: list[Any]) -> None:
+        started = time.monotonic()
+        good: list[Positioned] = []
+        for msg in messages:
+            decoded = decode_message(msg, self.applier.accepted)
+            if isinstance(decoded, Rejected):
+                self.dead_letters.send(decoded)
+                self.stats.dead_lettered += 1
+            else:
+                good.append(decoded)
+        self._retrying(lambda: self._apply(good))
+        self._retrying(self.dead_letters.confirm)
+        self._retrying(lambda: self.source.commit(messages))
+        self.stats.batches += 1
+        self.stats.applied += len(good)
+        log.info(
+            "batch applied",
+            extra={
+                "messages": len(messages),
+                "applied": len(good),
+                "dead_lettered": len(messages) - len(good),
+                "ms": round((time.monotonic() - started) * 1000, 1),
+            },
+        )
+
+    def _apply(self, batch: list[Positioned]) -> None:
+        if not batch:
+            return
+        try:
+            self.applier.apply(batch)
+        except TRANSIENT:
+            raise
+        except Exception:
+            log.exception("batch failed; isolating the poison event")
+            for item in batch:
+                try:
+                    self.applier.apply([item])
+                except TRANSIENT:
+                    raise
+                except Exception as exc:
+                    self.dead_letters.send(
+                        Rejected(
+                            f"apply failed: {type(exc).__name__}: {exc}", item.origin, item.raw
+                        )
+                    )
+                    self.stats.dead_lettered += 1
+
+    def _retrying(self, step: Any) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                step()
+                return
+            except TRANSIENT as exc:
+                self.stats.retries += 1
+                log.warning("transient failure, retrying in %.1fs: %s", backoff, exc)
+                if self.stop.wait(backoff):
+                    raise Stopped(str(exc)) from exc
+                backoff = min(backoff * 2, self.max_backoff)

@@ -1,0 +1,1 @@
+"""Wiring and the ``fanout`` CLI: settings, the local stack, and the commands."""

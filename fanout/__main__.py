@@ -1,0 +1,5 @@
+import sys
+
+from fanout.cli import main
+
+sys.exit(main())

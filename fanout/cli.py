@@ -1,0 +1,219 @@
+"""The ``fanout`` command: argument parsing and dispatch only; the work lives in the packages."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+import orjson
+from rich.console import Console
+from rich.progress import Progress
+
+from fanout import stack, wiring
+from fanout.publish_file import publish_file
+from fanout.settings import Settings, stack_file
+from graph import ListKind, ListRef
+from producers import PublishError, create_topics
+from schemas import EventDecodeError, Follow, Post, Unfollow, is_valid_id
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _ids(values: Sequence[str]) -> list[str]:
+    bad = [v for v in values if not is_valid_id(v)]
+    if bad:
+        raise SystemExit(f"invalid user id {bad[0]!r}: ids are 1..64 of [A-Za-z0-9_.:@-]")
+    return list(values)
+
+
+def cmd_stack(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "up":
+        state = stack.stack_up(settings.topics, settings.partitions)
+        console.print(f"kafka {state.kafka}\nmemcached {state.memcached}")
+        console.print(f"recorded in {stack_file()}")
+        return 0
+    if args.action == "down":
+        stopped = stack.stack_down(purge=args.purge)
+        console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return 0
+    status = stack.stack_status(stack.StackState.load(stack_file()))
+    if not status:
+        console.print("no local stack recorded (run `fanout stack up`)")
+        return 1
+    for name, up in status.items():
+        console.print(f"{name}: {'up' if up else 'DOWN'}")
+    return 0 if all(status.values()) else 1
+
+
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    outcome = create_topics(
+        settings.kafka,
+        settings.topics.all(),
+        args.partitions or settings.partitions,
+        settings.replication,
+        settings.kafka_config,
+    )
+    for topic, what in outcome.items():
+        console.print(f"{topic}: {what}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    publisher = wiring.publisher(settings)
+    if args.file:
+        summary = publish_file(publisher, args.file, err_console)
+        print(summary.line())
+        return 0 if summary.ok else 1
+    if args.kind is None:
+        raise SystemExit("publish needs an event (follow/unfollow/post) or --file")
+    try:
+        event: Follow | Unfollow | Post
+        if args.kind == "post":
+            event = Post(type="post", author=args.a, post_id=args.b, text=args.text)
+        elif args.kind == "follow":
+            event = Follow(type="follow", follower=args.a, followee=args.b, group=args.group)
+        else:
+            event = Unfollow(type="unfollow", follower=args.a, followee=args.b)
+    except ValueError as exc:
+        raise SystemExit(f"invalid event: {exc}") from None
+    try:
+        with publisher:
+            sent = publisher.publish(event)
+    except (PublishError, EventDecodeError) as exc:
+        raise SystemExit(str(exc)) from None
+    print(f"published {sent.type} {sent.event_id}")
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("fanout").info("signal %d: finishing the current batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def cmd_consume(args: argparse.Namespace, settings: Settings) -> int:
+    if args.batch_size:
+        settings = settings.model_copy(update={"batch_size": args.batch_size})
+    loop = wiring.graph_loop(settings, _stop_on_signals())
+    try:
+        stats = loop.run(until_idle=args.until_idle)
+    finally:
+        loop.source.close()
+    err_console.print(
+        f"batches {stats.batches}, applied {stats.applied}, "
+        f"dead-lettered {stats.dead_lettered}, retries {stats.retries}"
+    )
+    return 0
+
+
+def cmd_members(args: argparse.Namespace, settings: Settings) -> int:
+    kind = ListKind.FOLLOWERS if args.command == "followers" else ListKind.FOLLOWING
+    store = wiring.edge_store(settings)
+    lists = wiring.list_store(settings, store)
+    refs = [ListRef(kind, u) for u in _ids(args.users)]
+    found = lists.read_many(refs)
+    for ref in refs:
+        members = sorted(found[ref])
+        if args.json:
+            line = {"user": ref.user, args.command: members, "count": len(members)}
+            sys.stdout.write(orjson.dumps(line).decode() + "\n")
+        else:
+            print(f"{ref.user} ({len(members)}): {' '.join(members)}")
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    store = wiring.edge_store(settings)
+    lists = wiring.list_store(settings, store)
+    users = _ids(args.users) if args.users else list(store.users())
+    with Progress(console=err_console, disable=not err_console.is_terminal) as progress:
+        task = progress.add_task("rebuilding lists", total=len(users))
+        for user in users:
+            for kind in ListKind:
+                lists.rebuild(ListRef(kind, user), force=True)
+            progress.advance(task)
+    err_console.print(f"rebuilt the lists of {len(users)} users")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from fanout.demo import run_demo
+
+    return run_demo(settings, users=args.users, events=args.events, console=console)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fanout", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("stack", help="the embedded local stack (Tansu + 2 memcached)")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--purge", action="store_true", help="down: also delete .fanout/ (edge store)")
+    p.set_defaults(run=cmd_stack)
+
+    p = sub.add_parser("topics", help="create the topics")
+    p.add_argument("action", choices=["create"])
+    p.add_argument("--partitions", type=int)
+    p.set_defaults(run=cmd_topics)
+
+    p = sub.add_parser("publish", help="publish events")
+    p.add_argument("kind", nargs="?", choices=["follow", "unfollow", "post"])
+    p.add_argument("a", nargs="?", help="follower (follow/unfollow) or author (post)")
+    p.add_argument("b", nargs="?", help="followee (follow/unfollow) or post id (post)")
+    p.add_argument("--text")
+    p.add_argument("--group")
+    p.add_argument("--file", help="one JSON event per line; - for stdin")
+    p.set_defaults(run=cmd_publish)
+
+    p = sub.add_parser("consume", help="run a consumer")
+    p.add_argument("which", choices=["graph"])
+    p.add_argument("--until-idle", type=float, metavar="SECONDS")
+    p.add_argument("--batch-size", type=int)
+    p.set_defaults(run=cmd_consume)
+
+    for name in ("followers", "following"):
+        p = sub.add_parser(name, help=f"read {name} lists (rebuilt from the edge store on a miss)")
+        p.add_argument("users", nargs="+")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(run=cmd_members)
+
+    p = sub.add_parser("rebuild-cache", help="rebuild lists from the edge store")
+    p.add_argument("users", nargs="*")
+    p.set_defaults(run=cmd_rebuild)
+
+    p = sub.add_parser("demo", help="the main job on the local stack")
+    p.add_argument("--users", type=int, default=200)
+    p.add_argument("--events", type=int, default=5000)
+    p.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    run: Callable[[argparse.Namespace, Settings], int] = args.run
+    try:
+        return run(args, Settings())
+    except stack.StackError as exc:
+        err_console.print(f"[red]stack:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Settings: environment variables (``FANOUT_*``) override the addresses recorded by
+``fanout stack up``, which override the defaults. Every field is listed in the README table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from schemas import Topics
+
+
+def fanout_home() -> Path:
+    """Where the local stack records its state; one per checkout unless FANOUT_HOME says."""
+    return Path(os.environ.get("FANOUT_HOME", ".fanout")).resolve()
+
+
+def stack_file() -> Path:
+    return fanout_home() / "stack.json"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FANOUT_", extra="ignore")
+
+    kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    memcached: str = Field("127.0.0.1:11211", description="comma-separated host:port list")
+    edge_store: str = Field("", description="sqlite:///PATH or mongodb:// URL")
+    mongo_following: Literal["collection", "index"] = Field(
+        "collection", description="MongoDB: separate `following` collection or a reverse index"
+    )
+    topic_prefix: str = Field("fanout", description="topics are PREFIX.graph, .posts, .dlq")
+    partitions: int = Field(6, ge=1, description="partitions per topic for `topics create`")
+    replication: int = Field(1, ge=1, description="replication factor for `topics create`")
+    kafka_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra librdkafka settings as JSON (SASL/TLS); never logged",
+    )
+    group: str = Field("fanout", description="consumer group prefix (PREFIX.graph, ...)")
+    batch_size: int = Field(1000, ge=1, description="max messages per consumer batch")
+    max_poll_interval_ms: int = Field(
+        10000, ge=1000, description="librdkafka max.poll.interval.ms (rebalance timeout)"
+    )
+    list_shard_bytes: int = Field(
+        64 * 1024, ge=64, le=1000 * 1024, description="roll a list shard over before this size"
+    )
+    list_dirty_ratio: float = Field(
+        0.5, gt=0, le=1, description="compact when dead tokens exceed this share of tokens"
+    )
+    list_dirty_min: int = Field(64, ge=0, description="never compact below this many dead tokens")
+    list_compact_write_prob: float = Field(
+        0.01, ge=0, le=1, description="chance a writer compacts a list it appended to"
+    )
+    cache_prefix: str = Field("tf", description="memcached key namespace")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        recorded = JsonConfigSettingsSource(settings_cls, json_file=stack_file())
+        return (init_settings, env_settings, recorded)
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
+    def memcached_servers(self) -> list[tuple[str, int]]:
+        servers = []
+        for spec in self.memcached.split(","):
+            host, _, port = spec.strip().rpartition(":")
+            servers.append((host or "127.0.0.1", int(port)))
+        return servers
+
+    @property
+    def edge_store_url(self) -> str:
+        return self.edge_store or f"sqlite:///{fanout_home() / 'edges.db'}"

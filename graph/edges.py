@@ -1,0 +1,110 @@
+"""The edge store contract: the source of truth for the follower graph.
+
+Edge writes follow FlockDB: every edge keeps the position of the event that last set it, and a
+write only lands when its position is newer, so applying events twice or out of order converges on
+the same state and a replay never regresses it. An unfollow leaves an inactive edge behind (a
+tombstone carrying its position) for the same reason, and a removed user keeps the position of its
+removal so that an older follow arriving late cannot bring an edge back.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from graph.lists import ListKind, ListRef
+
+PAGE = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeChange:
+    follower: str
+    followee: str
+    active: bool
+    pos: int
+    group: str | None = None
+
+    @property
+    def edge(self) -> tuple[str, str]:
+        return (self.follower, self.followee)
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeCounts:
+    followers: int
+    following: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedUser:
+    """Neighbours whose edge with the removed user was switched off by this removal."""
+
+    followers: tuple[str, ...]
+    following: tuple[str, ...]
+
+
+def collapse(changes: Iterable[EdgeChange]) -> list[EdgeChange]:
+    """Keep one change per edge, the newest; unordered bulk writes must not race themselves."""
+    newest: dict[tuple[str, str], EdgeChange] = {}
+    for change in changes:
+        seen = newest.get(change.edge)
+        if seen is None or change.pos >= seen.pos:
+            newest[change.edge] = change
+    return list(newest.values())
+
+
+class EdgeStore(Protocol):
+    def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
+        """Write a batch; return the changes that are now the stored state of their edge
+        (newly applied, or already applied by an earlier delivery of the same event)."""
+        ...
+
+    def remove_user(self, user: str, pos: int) -> RemovedUser: ...
+
+    def followers(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]: ...
+
+    def following(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]: ...
+
+    def counts(self, user: str) -> EdgeCounts: ...
+
+    def is_following(self, follower: str, followee: str) -> bool: ...
+
+    def users(self) -> Iterator[str]:
+        """Every user with at least one active edge, in either direction."""
+        ...
+
+    def all_members(self, ref: ListRef) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+class PagedMembers(abc.ABC):
+    """``all_members`` for any store, built from its paginated queries."""
+
+    @abc.abstractmethod
+    def followers(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]: ...
+
+    @abc.abstractmethod
+    def following(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]: ...
+
+    def all_members(self, ref: ListRef) -> list[str]:
+        query = self.followers if ref.kind is ListKind.FOLLOWERS else self.following
+        members: list[str] = []
+        after = None
+        while True:
+            page = query(ref.user, after=after, limit=PAGE)
+            members += page
+            if len(page) < PAGE:
+                return members
+            after = page[-1]

@@ -1,0 +1,381 @@
+"""Follower and following lists in memcached: sharded append-only token sets.
+
+Layout of one list (``P`` = ``{ns}:{fl|fg}:{user}``)::
+
+    P            index:   "{gen} +0 +1 +2 "      created with ADD, grown with APPEND
+    P:{gen}:N    shard N: "+a +b -a "            created with ADD, grown with APPEND
+    P:{gen}:N:n  bytes reserved in shard N       INCR, tells a writer when to roll over
+
+The index is the commit point. Rebuilding a list picks a fresh generation so that it never
+collides with shards of an older generation that a slow writer may still append to.
+
+Correctness rests on one ordering rule: **a writer updates the edge store before it reads a
+list's index.** Any rebuild starts after the index it replaces was gone, so it reads the store
+after every writer that used the old index had written the store, and a token appended to an
+orphaned shard of the old generation is already in the rebuilt list. That is what lets every
+inconsistency (missing index, missing shard, missing counter, corrupt bytes) be answered the same
+way: drop the index and rebuild from the store, never ADD a list that holds only the new token.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from graph.cache import MemcacheCluster
+from graph.tokens import CorruptList, DecodedList, compact_shards, decode, encode
+from schemas import is_valid_id
+
+MAX_WRITE_ATTEMPTS = 8
+
+
+class ListKind(enum.Enum):
+    FOLLOWERS = "fl"
+    FOLLOWING = "fg"
+
+
+@dataclass(frozen=True, slots=True)
+class ListRef:
+    kind: ListKind
+    user: str
+
+
+class MemberSource(Protocol):
+    """The source of truth a list is rebuilt from (the edge store)."""
+
+    def all_members(self, ref: ListRef) -> list[str]: ...
+
+
+class ListWriteError(RuntimeError):
+    """A batch of appends could not be applied; the caller retries the batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListSettings:
+    shard_bytes: int = 64 * 1024
+    dirty_ratio: float = 0.5
+    dirty_min: int = 64
+    compact_write_prob: float = 0.01
+    namespace: str = "tf"
+
+
+@dataclass(slots=True)
+class ListStats:
+    """What the list layer did; consumers export these as metrics."""
+
+    appends: int = 0
+    rollovers: int = 0
+    rebuilds: int = 0
+    invalidations: int = 0
+    compactions: int = 0
+    compactions_lost: int = 0
+    retries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    gen: str
+    shards: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Index:
+        parts = raw.split()
+        if not parts or not parts[0].isalnum():
+            raise CorruptList(f"bad index {raw[:70]!r}")
+        try:
+            numbers = sorted({int(p[1:]) for p in parts[1:] if p[:1] == b"+"})
+        except ValueError:
+            raise CorruptList(f"bad index {raw[:70]!r}") from None
+        if not numbers:
+            raise CorruptList(f"index without shards {raw[:70]!r}")
+        return cls(parts[0].decode("ascii"), tuple(numbers))
+
+
+@dataclass(slots=True)
+class _Pending:
+    ref: ListRef
+    tokens: bytes
+
+
+@dataclass(slots=True)
+class _Plan:
+    appends: dict[bytes, bytes] = field(default_factory=dict)
+    rollovers: list[tuple[_Pending, Index]] = field(default_factory=list)
+
+
+class ListStore:
+    def __init__(
+        self,
+        cache: MemcacheCluster,
+        source: MemberSource,
+        settings: ListSettings | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cache = cache
+        self.source = source
+        self.settings = settings or ListSettings()
+        self.stats = ListStats()
+        self._rng = rng or random.Random()
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def index_key(self, ref: ListRef) -> bytes:
+        if not is_valid_id(ref.user):
+            raise ValueError(f"invalid user id {ref.user!r}")
+        return f"{self.settings.namespace}:{ref.kind.value}:{ref.user}".encode("ascii")
+
+    def shard_key(self, ref: ListRef, gen: str, shard: int) -> bytes:
+        return self.index_key(ref) + f":{gen}:{shard}".encode("ascii")
+
+    @staticmethod
+    def counter_key(shard_key: bytes) -> bytes:
+        return shard_key + b":n"
+
+    # -- rebuild and invalidation ------------------------------------------------------------
+
+    def invalidate(self, refs: Iterable[ListRef]) -> None:
+        """Drop lists so the next reader or writer rebuilds them from the store."""
+        keys = [self.index_key(ref) for ref in refs]
+        if keys:
+            self.cache.delete_many(keys)
+            self.stats.invalidations += len(keys)
+
+    def rebuild(self, ref: ListRef, force: bool = False) -> frozenset[str] | None:
+        """Build the list from the store; None when another client created it first."""
+        if force:
+            self.invalidate([ref])
+        members = sorted(self.source.all_members(ref))
+        gen = secrets.token_hex(4)
+        chunks = self._chunk(encode((True, m) for m in members))
+        shard_keys = [self.shard_key(ref, gen, i) for i in range(len(chunks))]
+        values = dict(zip(shard_keys, chunks, strict=True))
+        values[self.counter_key(shard_keys[-1])] = b"%d" % len(chunks[-1])
+        self.cache.add_many(values)
+        index = gen.encode() + b" " + b"".join(b"+%d " % i for i in range(len(chunks)))
+        if not self.cache.add_many({self.index_key(ref): index})[self.index_key(ref)]:
+            self.cache.delete_many(values)  # lost the ADD race: our shards are orphans
+            return None
+        self.stats.rebuilds += 1
+        return frozenset(members)
+
+    def _chunk(self, data: bytes) -> list[bytes]:
+        limit = self.settings.shard_bytes
+        chunks: list[bytes] = []
+        start = 0
+        while len(data) - start > limit:
+            cut = data.rfind(b" ", start, start + limit) + 1
+            if cut <= start:  # one token longer than a shard: cannot happen with valid ids
+                raise ValueError("shard size smaller than one token")
+            chunks.append(data[start:cut])
+            start = cut
+        chunks.append(data[start:])
+        return chunks
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, ref: ListRef) -> frozenset[str]:
+        return self.read_many([ref])[ref]
+
+    def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+        """Index multi-GET, then one multi-GET (with CAS ids) of every shard of every list."""
+        result: dict[ListRef, frozenset[str]] = {}
+        todo = list(dict.fromkeys(refs))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if not todo:
+                return result
+            todo = self._read_round(todo, result)
+            self.stats.retries += bool(todo)
+        raise ListWriteError(f"could not read {len(todo)} lists after retries")
+
+    def _read_round(
+        self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
+    ) -> list[ListRef]:
+        again: list[ListRef] = []
+        raw_indexes = self.cache.get_many([self.index_key(r) for r in refs])
+        indexes: dict[ListRef, Index] = {}
+        broken: list[ListRef] = []
+        for ref in refs:
+            raw = raw_indexes.get(self.index_key(ref))
+            if raw is None:
+                rebuilt = self.rebuild(ref)
+                if rebuilt is None:
+                    again.append(ref)
+                else:
+                    result[ref] = rebuilt
+                continue
+            try:
+                indexes[ref] = Index.parse(raw)
+            except CorruptList:
+                broken.append(ref)
+        shard_keys = {
+            ref: [self.shard_key(ref, idx.gen, n) for n in idx.shards]
+            for ref, idx in indexes.items()
+        }
+        shards = self.cache.gets_many([k for keys in shard_keys.values() for k in keys])
+        for ref, keys in shard_keys.items():
+            if any(k not in shards for k in keys):
+                broken.append(ref)
+                continue
+            try:
+                decoded = decode(shards[k][0] for k in keys)
+            except CorruptList:
+                broken.append(ref)
+                continue
+            result[ref] = decoded.members
+            if self._is_dirty(decoded):
+                self._compact(keys, [shards[k] for k in keys])
+        self.invalidate(broken)
+        return again + broken
+
+    # -- compaction ------------------------------------------------------------------------------
+
+    def _is_dirty(self, decoded: DecodedList) -> bool:
+        dead = decoded.dead
+        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * decoded.tokens
+
+    def _compact(self, keys: list[bytes], shards: list[tuple[bytes, bytes]]) -> bool:
+        """Rewrite shards in order with CAS; give up at the first lost race (see compact_shards)."""
+        rewritten = compact_shards([value for value, _ in shards])
+        for key, (old, cas_id), new in zip(keys, shards, rewritten, strict=True):
+            if new == old:
+                continue
+            if not self.cache.cas(key, new, cas_id):
+                self.stats.compactions_lost += 1
+                return False
+        self.stats.compactions += 1
+        return True
+
+    def compact(self, ref: ListRef) -> bool:
+        """Compact now regardless of dirtiness; False when a concurrent write won."""
+        raw = self.cache.get_many([self.index_key(ref)]).get(self.index_key(ref))
+        if raw is None:
+            return False
+        idx = Index.parse(raw)
+        keys = [self.shard_key(ref, idx.gen, n) for n in idx.shards]
+        shards = self.cache.gets_many(keys)
+        if any(k not in shards for k in keys):
+            return False
+        return self._compact(keys, [shards[k] for k in keys])
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str]]]) -> None:
+        """Append tokens to many lists: one index GET, one INCR and one APPEND round trip per
+        server in the normal case. The edge store must already hold these changes."""
+        pending = [_Pending(ref, encode(ops)) for ref, ops in changes.items() if ops]
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            if not pending:
+                break
+            if attempt:
+                self.stats.retries += 1
+            pending = self._write_round(pending)
+        else:
+            raise ListWriteError(f"could not append to {len(pending)} lists after retries")
+        if self.settings.compact_write_prob > 0:
+            chosen = [
+                ref for ref in changes if self._rng.random() < self.settings.compact_write_prob
+            ]
+            if chosen:
+                self.read_many(chosen)  # a read compacts the lists that are dirty
+
+    def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
+        again: list[_Pending] = []
+        broken: list[ListRef] = []
+        raw_indexes = self.cache.get_many([self.index_key(p.ref) for p in pending])
+        located: list[tuple[_Pending, Index, bytes]] = []
+        for item in pending:
+            raw = raw_indexes.get(self.index_key(item.ref))
+            if raw is None:
+                # Rebuilt from the store, which already holds this batch: nothing to append.
+                if self.rebuild(item.ref) is None:
+                    again.append(item)
+                continue
+            try:
+                idx = Index.parse(raw)
+            except CorruptList:
+                broken.append(item.ref)
+                again.append(item)
+                continue
+            located.append((item, idx, self.shard_key(item.ref, idx.gen, idx.shards[-1])))
+
+        sizes = self.cache.incr_many({self.counter_key(k): len(p.tokens) for p, _, k in located})
+        plan = _Plan()
+        uncounted: list[tuple[_Pending, bytes]] = []
+        for item, idx, key in located:
+            size = sizes[self.counter_key(key)]
+            if size is None:
+                uncounted.append((item, key))
+            elif size > self.settings.shard_bytes and size > len(item.tokens):
+                plan.rollovers.append((item, idx))
+            else:
+                plan.appends[key] = item.tokens
+        again += self._recount(uncounted, broken)
+
+        by_key = {k: (p, i) for p, i, k in located}
+        stored = self.cache.append_many(plan.appends)
+        failed = [k for k, ok in stored.items() if not ok]
+        self.stats.appends += len(stored) - len(failed)
+        for key, exists in self.cache.exists_many(failed).items():
+            item, idx = by_key[key]
+            if exists:  # NOT_STORED on a present item: it would pass the item size limit
+                plan.rollovers.append((item, idx))
+            else:  # the shard was evicted: the list is incomplete
+                broken.append(item.ref)
+                again.append(item)
+        again += self._roll_over(plan.rollovers, broken)
+        self.invalidate(broken)
+        return again
+
+    def _recount(
+        self, uncounted: list[tuple[_Pending, bytes]], broken: list[ListRef]
+    ) -> list[_Pending]:
+        """Counter evicted: seed it from the shard's real length and retry the append."""
+        if not uncounted:
+            return []
+        present = self.cache.get_many([k for _, k in uncounted])
+        seeds = {}
+        for item, key in uncounted:
+            if key in present:
+                seeds[self.counter_key(key)] = b"%d" % len(present[key])
+            else:
+                broken.append(item.ref)
+        self.cache.add_many(seeds)
+        return [item for item, _ in uncounted]
+
+    def _roll_over(
+        self, rollovers: list[tuple[_Pending, Index]], broken: list[ListRef]
+    ) -> list[_Pending]:
+        """Open shard N+1: index entry first, so a crash leaves a missing shard (detected,
+        rebuilt) rather than an orphaned one (silently short)."""
+        if not rollovers:
+            return []
+        again: list[_Pending] = []
+        entries = {}
+        for item, idx in rollovers:
+            entries[self.index_key(item.ref)] = b"+%d " % (idx.shards[-1] + 1)
+        indexed = self.cache.append_many(entries)
+        new_shards: dict[bytes, _Pending] = {}
+        for item, idx in rollovers:
+            if not indexed[self.index_key(item.ref)]:
+                again.append(item)  # index gone: the next round rebuilds
+                continue
+            new_shards[self.shard_key(item.ref, idx.gen, idx.shards[-1] + 1)] = item
+        added = self.cache.add_many({k: p.tokens for k, p in new_shards.items()})
+        self.cache.add_many(
+            {
+                self.counter_key(k): b"%d" % len(new_shards[k].tokens)
+                for k, ok in added.items()
+                if ok
+            }
+        )
+        raced = {k: new_shards[k].tokens for k, ok in added.items() if not ok}
+        for key, ok in self.cache.append_many(raced).items():
+            if not ok:
+                again.append(new_shards[key])
+        self.stats.rollovers += sum(added.values())
+        self.stats.appends += len(new_shards) - len(again)
+        return again

@@ -1,0 +1,194 @@
+"""The MongoDB edge store, after Socialite's user graph service.
+
+``followers`` holds one document per edge, ``{_f: followee, _t: follower}``, so "followers of X"
+is ``find({_f: X}, {_id: 0, _t: 1})``. The unique index on (_f, _t) is what turns a stale write
+into a duplicate-key error: every write is an upsert filtered on "stored position older than
+mine", so when the stored edge is newer the filter misses, the upsert tries to insert, and the
+unique index refuses it. Those errors are the expected outcome of replays, not failures.
+
+"following of X" is either a reverse index on the same collection (``following_mode="index"``,
+fine while the graph fits one shard) or a separate ``following`` collection holding the flipped
+edges (``"collection"``), so that each collection can be sharded by its own key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from pymongo import ASCENDING, UpdateMany, UpdateOne
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import BulkWriteError
+
+from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, collapse
+
+DUPLICATE_KEY = 11000
+FollowingMode = Literal["index", "collection"]
+Doc = Mapping[str, Any]
+
+
+def _older_than(pos: int) -> dict[str, Any]:
+    return {"p": {"$lt": pos}}
+
+
+class MongoEdgeStore(PagedMembers):
+    def __init__(self, db: Database[Any], following_mode: FollowingMode = "collection") -> None:
+        self._db = db
+        self._mode = following_mode
+        self._followers: Collection[Any] = db["followers"]
+        self._users: Collection[Any] = db["users"]
+        self._following: Collection[Any] = (
+            db["following"] if following_mode == "collection" else self._followers
+        )
+        self._ensure_indexes()
+
+    def _ensure_indexes(self) -> None:
+        # Unique (_f, _t) guards idempotence; (_f, a, _t, _g) makes the active-member queries
+        # covered, group filter included.
+        self._followers.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
+        self._followers.create_index(
+            [("_f", ASCENDING), ("a", ASCENDING), ("_t", ASCENDING), ("_g", ASCENDING)]
+        )
+        if self._mode == "collection":
+            self._following.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
+            self._following.create_index(
+                [("_f", ASCENDING), ("a", ASCENDING), ("_t", ASCENDING), ("_g", ASCENDING)]
+            )
+        else:
+            self._followers.create_index(
+                [("_t", ASCENDING), ("a", ASCENDING), ("_f", ASCENDING), ("_g", ASCENDING)]
+            )
+
+    def _removed(self, users: set[str]) -> dict[str, int]:
+        docs = self._users.find({"_id": {"$in": sorted(users)}}, {"removed": 1})
+        return {d["_id"]: d["removed"] for d in docs}
+
+    @staticmethod
+    def _upserts(changes: Sequence[EdgeChange], flip: bool) -> list[UpdateOne]:
+        ops = []
+        for c in changes:
+            first, second = (c.follower, c.followee) if flip else (c.followee, c.follower)
+            ops.append(
+                UpdateOne(
+                    {"_f": first, "_t": second, **_older_than(c.pos)},
+                    {"$set": {"a": c.active, "p": c.pos, "_g": c.group}},
+                    upsert=True,
+                )
+            )
+        return ops
+
+    @staticmethod
+    def _bulk(collection: Collection[Any], ops: Sequence[Any]) -> set[int]:
+        """Run unordered; return the op indexes refused as duplicates (stored edge is newer)."""
+        if not ops:
+            return set()
+        try:
+            collection.bulk_write(list(ops), ordered=False)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if any(e["code"] != DUPLICATE_KEY for e in errors) or exc.details.get(
+                "writeConcernErrors"
+            ):
+                raise
+            return {e["index"] for e in errors}
+        return set()
+
+    def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
+        batch = collapse(changes)
+        removed = self._removed({u for c in batch for u in c.edge})
+        live = [
+            c
+            for c in batch
+            if not c.active or c.pos > max(removed.get(c.follower, -1), removed.get(c.followee, -1))
+        ]
+        if self._mode == "collection":
+            self._bulk(self._following, self._upserts(live, flip=True))
+        refused = self._bulk(self._followers, self._upserts(live, flip=False))
+        current = [c for i, c in enumerate(live) if i not in refused]
+        # A refused write is current only when the stored edge carries this very position
+        # (a redelivery), not a newer one.
+        for i in sorted(refused):
+            c = live[i]
+            doc = self._followers.find_one({"_f": c.followee, "_t": c.follower}, {"p": 1})
+            if doc is not None and doc["p"] == c.pos:
+                current.append(c)
+        return current
+
+    def remove_user(self, user: str, pos: int) -> RemovedUser:
+        active = {"a": True, **_older_than(pos)}
+        followers = [d["_t"] for d in self._followers.find({"_f": user, **active}, {"_t": 1})]
+        following = [
+            d["_f" if self._mode == "index" else "_t"]
+            for d in self._following.find(
+                {("_t" if self._mode == "index" else "_f"): user, **active}, {"_f": 1, "_t": 1}
+            )
+        ]
+        switch_off = {"$set": {"a": False, "p": pos}}
+        ops = [
+            UpdateMany({"_f": user, **_older_than(pos)}, switch_off),
+            UpdateMany({"_t": user, **_older_than(pos)}, switch_off),
+        ]
+        self._followers.bulk_write(ops, ordered=False)
+        if self._mode == "collection":
+            self._following.bulk_write(ops, ordered=False)
+        self._users.update_one({"_id": user}, {"$max": {"removed": pos}}, upsert=True)
+        return RemovedUser(tuple(followers), tuple(following))
+
+    def _page(
+        self,
+        collection: Collection[Any],
+        key: str,
+        member: str,
+        user: str,
+        group: str | None,
+        after: str | None,
+        limit: int,
+    ) -> list[str]:
+        query: dict[str, Any] = {key: user, "a": True}
+        if after is not None:
+            query[member] = {"$gt": after}
+        if group is not None:
+            query["_g"] = group
+        cursor = collection.find(query, {"_id": 0, member: 1}).sort(member, ASCENDING).limit(limit)
+        return [d[member] for d in cursor]
+
+    def followers(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        return self._page(self._followers, "_f", "_t", user, group, after, limit)
+
+    def following(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        if self._mode == "index":
+            return self._page(self._followers, "_t", "_f", user, group, after, limit)
+        return self._page(self._following, "_f", "_t", user, group, after, limit)
+
+    def counts(self, user: str) -> EdgeCounts:
+        following_key = "_t" if self._mode == "index" else "_f"
+        return EdgeCounts(
+            self._followers.count_documents({"_f": user, "a": True}),
+            self._following.count_documents({following_key: user, "a": True}),
+        )
+
+    def is_following(self, follower: str, followee: str) -> bool:
+        doc = self._followers.find_one({"_f": followee, "_t": follower, "a": True}, {"_id": 1})
+        return doc is not None
+
+    def users(self) -> Iterator[str]:
+        names = set(self._followers.distinct("_f", {"a": True}))
+        names.update(self._followers.distinct("_t", {"a": True}))
+        yield from sorted(names)
+
+    def explain_followers(self, user: str) -> Doc:
+        """The query plan of "followers of X", for tests and operators checking coverage."""
+        plan: Doc = (
+            self._followers.find({"_f": user, "a": True}, {"_id": 0, "_t": 1})
+            .sort("_t", ASCENDING)
+            .explain()
+        )
+        return plan
+
+    def close(self) -> None:
+        self._db.client.close()

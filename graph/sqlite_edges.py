@@ -1,0 +1,156 @@
+"""The embedded edge store: one SQLite file, same contract as MongoDB.
+
+``edges`` is clustered on (followee, follower) so "followers of X" reads one contiguous range of
+the primary key (SQLite's covered query); the (follower, active, followee) index serves
+"following of X" the same way. WAL mode lets several consumer processes share the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, collapse
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS edges (
+    followee TEXT NOT NULL,
+    follower TEXT NOT NULL,
+    active INTEGER NOT NULL,
+    pos INTEGER NOT NULL,
+    grp TEXT,
+    PRIMARY KEY (followee, follower)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edges_following ON edges (follower, active, followee, grp);
+CREATE TABLE IF NOT EXISTS users (
+    id TEXT PRIMARY KEY,
+    removed INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+UPSERT = """
+INSERT INTO edges (followee, follower, active, pos, grp) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (followee, follower) DO UPDATE
+SET active = excluded.active, pos = excluded.pos, grp = excluded.grp
+WHERE excluded.pos > edges.pos
+"""
+
+
+class SqliteEdgeStore(PagedMembers):
+    def __init__(self, path: str | Path) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def _removed(self, users: set[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        ordered = sorted(users)
+        for i in range(0, len(ordered), 500):
+            chunk = ordered[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                self._db.execute(f"SELECT id, removed FROM users WHERE id IN ({marks})", chunk)
+            )
+        return found
+
+    def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
+        batch = collapse(changes)
+        removed = self._removed({u for c in batch for u in c.edge})
+        # A follow older than a removal of either endpoint must not bring the edge back.
+        live = [
+            c
+            for c in batch
+            if not c.active or c.pos > max(removed.get(c.follower, -1), removed.get(c.followee, -1))
+        ]
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                UPSERT, [(c.followee, c.follower, int(c.active), c.pos, c.group) for c in live]
+            )
+        return [c for c in live if self._stored_pos(c) == c.pos]
+
+    def _stored_pos(self, change: EdgeChange) -> int | None:
+        row = self._db.execute(
+            "SELECT pos FROM edges WHERE followee = ? AND follower = ?",
+            (change.followee, change.follower),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def remove_user(self, user: str, pos: int) -> RemovedUser:
+        with self._db:
+            self._db.execute("BEGIN")
+            followers = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT follower FROM edges WHERE followee = ? AND active = 1 AND pos < ?",
+                    (user, pos),
+                )
+            ]
+            following = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT followee FROM edges WHERE follower = ? AND active = 1 AND pos < ?",
+                    (user, pos),
+                )
+            ]
+            self._db.execute(
+                "UPDATE edges SET active = 0, pos = ? WHERE (followee = ? OR follower = ?) "
+                "AND pos < ?",
+                (pos, user, user, pos),
+            )
+            self._db.execute(
+                "INSERT INTO users (id, removed) VALUES (?, ?) ON CONFLICT (id) DO UPDATE "
+                "SET removed = max(removed, excluded.removed)",
+                (user, pos),
+            )
+        return RemovedUser(tuple(followers), tuple(following))
+
+    def _page(
+        self, column: str, other: str, user: str, group: str | None, after: str | None, limit: int
+    ) -> list[str]:
+        sql = f"SELECT {other} FROM edges WHERE {column} = ? AND active = 1 AND {other} > ?"
+        args: list[object] = [user, after or ""]
+        if group is not None:
+            sql += " AND grp = ?"
+            args.append(group)
+        sql += f" ORDER BY {other} LIMIT ?"
+        args.append(limit)
+        return [r[0] for r in self._db.execute(sql, args)]
+
+    def followers(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        return self._page("followee", "follower", user, group, after, limit)
+
+    def following(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        return self._page("follower", "followee", user, group, after, limit)
+
+    def counts(self, user: str) -> EdgeCounts:
+        count = "SELECT count(*) FROM edges WHERE {} = ? AND active = 1"
+        (followers,) = self._db.execute(count.format("followee"), (user,)).fetchone()
+        (following,) = self._db.execute(count.format("follower"), (user,)).fetchone()
+        return EdgeCounts(followers, following)
+
+    def is_following(self, follower: str, followee: str) -> bool:
+        row = self._db.execute(
+            "SELECT active FROM edges WHERE followee = ? AND follower = ?", (followee, follower)
+        ).fetchone()
+        return bool(row and row[0])
+
+    def users(self) -> Iterator[str]:
+        yield from (
+            r[0]
+            for r in self._db.execute(
+                "SELECT followee FROM edges WHERE active = 1 UNION "
+                "SELECT follower FROM edges WHERE active = 1 ORDER BY 1"
+            )
+        )
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,78 @@
+"""The append-only set encoding from the seeds: ``+id `` adds, ``-id `` removes, last one wins.
+
+Tokens are space-terminated, so an id may itself contain ``-`` (``+a-b `` is the member ``a-b``)
+and ids can never carry a delimiter because the id alphabet has no whitespace. Decoding is the hot
+path of every list read: one ``bytes.split`` per shard and a dict write per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+PLUS = 0x2B
+MINUS = 0x2D
+
+
+class CorruptList(ValueError):
+    """A shard holds something that is not a token: the list must be rebuilt, not guessed at."""
+
+
+def token(add: bool, member: str) -> bytes:
+    return (b"+" if add else b"-") + member.encode("ascii") + b" "
+
+
+def encode(ops: Iterable[tuple[bool, str]]) -> bytes:
+    return b"".join(token(add, member) for add, member in ops)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedList:
+    members: frozenset[str]
+    tokens: int
+
+    @property
+    def dead(self) -> int:
+        """Tokens that do not contribute a member (removals and superseded additions)."""
+        return self.tokens - len(self.members)
+
+
+def decode(chunks: Iterable[bytes]) -> DecodedList:
+    state: dict[bytes, bool] = {}
+    count = 0
+    for chunk in chunks:
+        toks = chunk.split()
+        count += len(toks)
+        for tok in toks:
+            op = tok[0]
+            if op == PLUS:
+                state[tok[1:]] = True
+            elif op == MINUS:
+                state[tok[1:]] = False
+            else:
+                raise CorruptList(f"bad token {tok[:70]!r}")
+    members = frozenset(m.decode("ascii") for m, present in state.items() if present)
+    return DecodedList(members, count)
+
+
+def compact_shards(shards: Sequence[bytes]) -> list[bytes]:
+    """Rewrite each shard keeping only the tokens that still decide membership.
+
+    A token survives only if it is its member's last token across all shards; a surviving
+    removal is dropped too, because every earlier token for that member is dropped with it.
+    Shards are rewritten one by one with CAS in order and the rewrite stops at the first lost
+    race, so the output for shard ``k`` may assume shards ``< k`` were rewritten, never that
+    shards ``> k`` were: they can only have grown, and growth only supersedes more tokens.
+    """
+    parsed = [chunk.split() for chunk in shards]
+    last: dict[bytes, tuple[int, int]] = {}
+    for si, toks in enumerate(parsed):
+        for ti, tok in enumerate(toks):
+            if tok[0] not in (PLUS, MINUS):
+                raise CorruptList(f"bad token {tok[:70]!r}")
+            last[tok[1:]] = (si, ti)
+    out = []
+    for si, toks in enumerate(parsed):
+        keep = [tok for ti, tok in enumerate(toks) if tok[0] == PLUS and last[tok[1:]] == (si, ti)]
+        out.append(b" ".join(keep) + b" " if keep else b"")
+    return out

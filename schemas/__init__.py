@@ -1,0 +1,23 @@
+"""Event types, validation and wire encoding. Imports nothing else of this project."""
+
+from schemas.codec import AnyEvent, EventDecodeError, decode_event, encode_event, validate_event
+from schemas.events import SCHEMA_VERSION, Follow, Post, Unfollow, UserRemoved, partition_key
+from schemas.ids import ID_RULE, is_valid_id
+from schemas.topics import Topics
+
+__all__ = [
+    "ID_RULE",
+    "SCHEMA_VERSION",
+    "AnyEvent",
+    "EventDecodeError",
+    "Follow",
+    "Post",
+    "Topics",
+    "Unfollow",
+    "UserRemoved",
+    "decode_event",
+    "encode_event",
+    "is_valid_id",
+    "partition_key",
+    "validate_event",
+]
