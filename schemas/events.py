@@ -13,14 +13,20 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.ids import Id
+from schemas.ids import ID_ALPHABET, Id, charset, charset_schema
 
 SCHEMA_VERSION = 1
 TEXT_MAX_LEN = 4096
 # Milliseconds since the epoch; the bound keeps the value inside a signed 64-bit integer.
 Millis = Annotated[int, Field(strict=True, ge=0, lt=2**43)]
-EventId = Annotated[str, Field(strict=True, min_length=1, max_length=128, pattern=r"^[!-~]+$")]
-Group = Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.:@-]{1,32}$")]
+EventId = Annotated[
+    str, charset("!-~", 128), charset_schema("!-~", 128, "1..128 printable ASCII characters")
+]
+Group = Annotated[
+    str,
+    charset(ID_ALPHABET, 32),
+    charset_schema(ID_ALPHABET, 32, f"1..32 characters from [{ID_ALPHABET}]"),
+]
 
 
 class _Event(BaseModel):

@@ -11,16 +11,31 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import StringConstraints, WithJsonSchema
 
 ID_ALPHABET = "A-Za-z0-9_.:@-"
 ID_MAX_LEN = 64
 ID_RULE = f"1..{ID_MAX_LEN} characters from [{ID_ALPHABET}]"
-# pydantic compiles this with Rust's regex, where `$` only matches at the very end of the text.
-ID_PATTERN = f"^[{ID_ALPHABET}]{{1,{ID_MAX_LEN}}}$"
 _ID_RE = re.compile(f"[{ID_ALPHABET}]{{1,{ID_MAX_LEN}}}")
 
-Id = Annotated[str, StringConstraints(strict=True, pattern=ID_PATTERN)]
+
+def charset(alphabet: str, max_len: int) -> StringConstraints:
+    """Strict string over a character class; pydantic compiles the pattern with Rust's regex,
+    where ``$`` only matches at the very end of the text."""
+    return StringConstraints(strict=True, pattern=f"^[{alphabet}]{{1,{max_len}}}$")
+
+
+def charset_schema(alphabet: str, max_len: int, rule: str) -> WithJsonSchema:
+    """The published form of ``charset``: Python's ``re`` (used by the Python jsonschema package)
+    lets ``$`` match before a final newline, so the pattern adds a lookahead against it."""
+    portable = f"^[{alphabet}]{{1,{max_len}}}(?!\\n)$"
+    return WithJsonSchema({"type": "string", "pattern": portable, "description": rule})
+
+
+ID_PATTERN = f"^[{ID_ALPHABET}]{{1,{ID_MAX_LEN}}}$"
+Id = Annotated[
+    str, charset(ID_ALPHABET, ID_MAX_LEN), charset_schema(ID_ALPHABET, ID_MAX_LEN, ID_RULE)
+]
 
 
 def is_valid_id(value: object) -> bool:

@@ -1,0 +1,78 @@
+"""Shared fixtures: one real local stack (Tansu + 2 memcached) per test session.
+
+The stack is started by the project's own ``fanout.stack`` code under a private FANOUT_HOME with
+free ports, so two test runs on one machine never collide. Each test gets its own topic prefix,
+cache namespace and consumer group, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_HOME = tempfile.mkdtemp(prefix="fanout-test-")
+os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
+
+from fanout import stack  # noqa: E402
+from fanout.settings import Settings  # noqa: E402
+from graph import ListSettings, ListStore, MemcacheCluster  # noqa: E402
+from graph.sqlite_edges import SqliteEdgeStore  # noqa: E402
+from producers import create_topics  # noqa: E402
+from schemas import Topics  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[stack.StackState]:
+    state = stack.stack_up(Topics("boot"), partitions=1)
+    yield state
+    stack.stack_down(purge=True)
+
+
+@pytest.fixture
+def cache(local_stack: stack.StackState) -> Iterator[MemcacheCluster]:
+    servers = Settings(memcached=local_stack.memcached).memcached_servers
+    cluster = MemcacheCluster(servers)
+    cluster.flush_all()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def unique() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def settings(local_stack: stack.StackState, unique: str, tmp_path: Path) -> Settings:
+    """Settings for one test: real servers, private names, tiny list shards."""
+    topics = Topics(unique)
+    create_topics(local_stack.kafka, topics.all(), partitions=6)
+    return Settings(
+        kafka=local_stack.kafka,
+        memcached=local_stack.memcached,
+        edge_store=f"sqlite:///{tmp_path / 'edges.db'}",
+        topic_prefix=unique,
+        cache_prefix=unique,
+        group=unique,
+        list_shard_bytes=256,
+        batch_size=500,
+    )
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SqliteEdgeStore]:
+    store = SqliteEdgeStore(tmp_path / "edges.db")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) -> ListStore:
+    return ListStore(
+        cache, sqlite_store, ListSettings(shard_bytes=128, dirty_min=4, namespace=unique)
+    )
