@@ -100,7 +100,7 @@ class MemcacheCluster:
 
     def cas(self, key: bytes, value: bytes, cas_id: bytes) -> bool | None:
         """True stored, False lost the race, None the key is gone."""
-        result: bool | None = self._call(self.server_for(key), "cas", key, value, 0, False, cas_id)
+        result: bool | None = self._call(self.server_for(key), "cas", key, value, cas_id, 0, False)
         return result
 
     def _misc(self, command: bytes, lines: Mapping[bytes, bytes]) -> dict[bytes, bytes]:

@@ -76,3 +76,11 @@ def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) ->
     return ListStore(
         cache, sqlite_store, ListSettings(shard_bytes=128, dirty_min=4, namespace=unique)
     )
+
+
+def pytest_report_header() -> list[str]:
+    from tests.graph.edge_backends import MONGO_URL, real_mongo_skip_reason
+
+    reason = real_mongo_skip_reason()
+    real = "skipped: " + reason if reason else ("FANOUT_TEST_MONGO_URL" if MONGO_URL else "Docker")
+    return [f"edge-store backends: sqlite, mongomock (both following modes); real MongoDB: {real}"]

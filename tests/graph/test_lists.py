@@ -1,0 +1,254 @@
+"""Sharded token lists on the real memcached servers of the local stack."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from fanout.stack import free_port
+from graph import CacheUnavailable, EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from graph.cache import MemcacheCluster
+from graph.lists import Index
+from graph.sqlite_edges import SqliteEdgeStore
+
+STAR = ListRef(ListKind.FOLLOWERS, "star")
+
+
+def write(store: SqliteEdgeStore, lists: ListStore, changes: list[EdgeChange]) -> None:
+    """What the graph consumer does: the store first, then tokens for the current changes."""
+    current = store.apply(changes)
+    tokens: dict[ListRef, list[tuple[bool, str]]] = {}
+    for c in current:
+        tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append((c.active, c.follower))
+        tokens.setdefault(ListRef(ListKind.FOLLOWING, c.follower), []).append((c.active, c.followee))
+    lists.apply(tokens)
+
+
+def index_of(lists: ListStore, ref: ListRef) -> Index:
+    raw = lists.cache.get_many([lists.index_key(ref)])[lists.index_key(ref)]
+    return Index.parse(raw)
+
+
+def test_a_list_larger_than_several_shards_reads_back_exactly(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    names = [f"user{i:05d}" for i in range(400)]
+    for i in range(0, 400, 7):  # many small batches: rollovers happen on the write path
+        write(sqlite_store, lists, [EdgeChange(n, "star", True, i + j)
+                                    for j, n in enumerate(names[i : i + 7])])
+    idx = index_of(lists, STAR)
+    assert len(idx.shards) >= 5
+    keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
+    shards = lists.cache.get_many(keys)
+    # Soft limit: a shard is closed once it passes the limit, by at most one batch's tokens.
+    assert all(len(shards[k]) <= 128 + 7 * len(b"+user00000 ") for k in keys)
+    assert lists.read(STAR) == frozenset(names)
+    assert lists.stats.rollovers >= 4
+
+
+def test_rebuild_splits_a_big_list_into_shards(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    names = [f"m{i}" for i in range(300)]
+    sqlite_store.apply([EdgeChange(n, "star", True, i) for i, n in enumerate(names)])
+    assert lists.read(STAR) == frozenset(names)  # a miss: rebuilt from the store
+    assert len(index_of(lists, STAR).shards) > 5
+    assert lists.stats.rebuilds == 1
+
+
+def test_append_to_a_missing_list_rebuilds_instead_of_adding_only_the_new_token(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    write(sqlite_store, lists, [EdgeChange(n, "star", True, i) for i, n in enumerate("abc")])
+    lists.cache.flush_all()
+    write(sqlite_store, lists, [EdgeChange("d", "star", True, 10)])
+    assert lists.read(STAR) == {"a", "b", "c", "d"}
+
+
+@pytest.mark.parametrize("lose", ["index", "first shard", "newest shard", "counter"])
+def test_any_lost_item_yields_the_exact_list(
+    sqlite_store: SqliteEdgeStore, lists: ListStore, lose: str
+) -> None:
+    names = [f"n{i:03d}" for i in range(60)]
+    for i in range(0, 60, 10):
+        write(sqlite_store, lists,
+              [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 10])])
+    idx = index_of(lists, STAR)
+    first, newest = (lists.shard_key(STAR, idx.gen, n) for n in (idx.shards[0], idx.shards[-1]))
+    victim = {"index": lists.index_key(STAR), "first shard": first, "newest shard": newest,
+              "counter": lists.counter_key(newest)}[lose]
+    lists.cache.delete_many([victim])
+    write(sqlite_store, lists, [EdgeChange("late", "star", True, 100),
+                                EdgeChange("n000", "star", False, 101)])
+    expected = (set(names) | {"late"}) - {"n000"}
+    assert lists.read(STAR) == expected
+    assert set(sqlite_store.followers("star", limit=1000)) == expected
+
+
+def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ListStore) -> None:
+    write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
+    idx = index_of(lists, STAR)
+    lists.cache.append_many({lists.shard_key(STAR, idx.gen, idx.shards[-1]): b"garbage "})
+    assert lists.read(STAR) == {"a"}
+    assert lists.stats.invalidations == 1
+
+
+def test_flush_of_every_server_mid_run_still_yields_exact_lists(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    rng = random.Random(5)
+    model: dict[tuple[str, str], bool] = {}
+    for step in range(40):
+        batch = []
+        for j in range(25):
+            edge = (f"f{rng.randrange(30)}", f"e{rng.randrange(5)}")
+            active = rng.random() < 0.7
+            model[edge] = active
+            batch.append(EdgeChange(edge[0], edge[1], active, step * 100 + j))
+        write(sqlite_store, lists, batch)
+        if step in (13, 27):
+            lists.cache.flush_all()
+    for kind, pick, other in ((ListKind.FOLLOWERS, 1, 0), (ListKind.FOLLOWING, 0, 1)):
+        users = {edge[pick] for edge in model}
+        got = lists.read_many([ListRef(kind, u) for u in users])
+        for user in users:
+            expected = {e[other] for e, on in model.items() if on and e[pick] == user}
+            assert got[ListRef(kind, user)] == expected, (kind, user)
+
+
+def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: ListStore) -> None:
+    for round_ in range(6):
+        write(sqlite_store, lists,
+              [EdgeChange(f"x{i}", "star", round_ % 2 == 0, round_ * 100 + i) for i in range(20)])
+    # 20 adds, then remove/add/remove/add/remove: 120 tokens, 0 members
+    idx = index_of(lists, STAR)
+    keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
+    before = sum(len(v) for v in lists.cache.get_many(keys).values())
+    assert lists.read(STAR) == frozenset()
+    after = sum(len(v) for v in lists.cache.get_many(keys).values())
+    assert lists.stats.compactions == 1 and after == 0 < before
+    write(sqlite_store, lists, [EdgeChange("x1", "star", True, 1000)])
+    assert lists.read(STAR) == {"x1"}
+
+
+def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", True, i) for i in range(10)])
+    write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", False, 100 + i) for i in range(10)])
+    idx = index_of(lists, STAR)
+    keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
+    snapshot = lists.cache.gets_many(keys)
+    # A writer appends between the compactor's gets and its cas.
+    write(sqlite_store, lists, [EdgeChange("racer", "star", True, 500)])
+    assert lists._compact(keys, [snapshot[k] for k in keys]) is False
+    assert lists.stats.compactions_lost == 1
+    assert lists.read(STAR) == {"racer"}
+
+
+def test_lost_rebuild_race_appends_again(sqlite_store: SqliteEdgeStore, cache: MemcacheCluster,
+                                         unique: str) -> None:
+    """A rival rebuild that read the store before our write wins the ADD of the index: our
+    change is not in its list, so the writer must append its token to the winner's list."""
+    settings = ListSettings(shard_bytes=128, namespace=unique, compact_write_prob=0)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1)])
+    snapshot = SqliteEdgeStore(":memory:")
+    snapshot.apply([EdgeChange("a", "star", True, 1)])  # the store as the rival read it
+    rival = ListStore(cache, snapshot, settings)
+    raced: list[bool] = []
+
+    class RacingSource:
+        def all_members(self, ref: ListRef) -> list[str]:
+            if not raced:
+                raced.append(rival.rebuild(ref) is not None)  # lands before our ADD
+            return sqlite_store.all_members(ref)
+
+    lists = ListStore(cache, RacingSource(), settings)
+    sqlite_store.apply([EdgeChange("b", "star", True, 2)])
+    lists.apply({STAR: [(True, "b")]})
+    assert raced == [True] and lists.stats.rebuilds == 0
+    assert lists.read(STAR) == {"a", "b"}
+
+
+def test_concurrent_writers_and_compacting_readers_lose_nothing(
+    tmp_path: Path, local_stack: object, cache: MemcacheCluster, unique: str
+) -> None:
+    """Eight writers own disjoint members of one hot list (as partitions do), flipping them
+    on and off; four readers read and compact it all the while with tiny shards."""
+    servers = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in cache.servers)]
+    settings = ListSettings(shard_bytes=96, dirty_ratio=0.3, dirty_min=2, namespace=unique,
+                            compact_write_prob=0.2)
+    db = tmp_path / "edges.db"
+    SqliteEdgeStore(db).close()
+    final: dict[str, bool] = {}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    stats = []
+
+    def writer(w: int) -> None:
+        try:
+            store = SqliteEdgeStore(db)
+            lists = ListStore(MemcacheCluster(servers), store, settings, random.Random(w))
+            rng = random.Random(w)
+            for step in range(60):
+                member = f"w{w}m{rng.randrange(6)}"
+                active = rng.random() < 0.6
+                write(store, lists, [EdgeChange(member, "star", active, step * 10 + w)])
+                final[member] = active
+            stats.append(lists.stats)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader(r: int) -> None:
+        try:
+            lists = ListStore(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+            while not stop.is_set():
+                lists.read(STAR)
+            stats.append(lists.stats)
+        except BaseException as exc:
+            errors.append(exc)
+
+    readers = [threading.Thread(target=reader, args=(r,)) for r in range(4)]
+    writers = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors
+    expected = {m for m, on in final.items() if on}
+    check = ListStore(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+    assert check.read(STAR) == expected
+    assert set(SqliteEdgeStore(db).followers("star")) == expected
+    assert sum(s.compactions for s in stats) > 0  # the race was really exercised
+    assert sum(s.rollovers for s in stats) > 0
+
+
+def test_stale_writer_after_a_newer_token_is_the_documented_hole(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    """A zombie consumer (revoked but still running) can append an old token after a newer one.
+    The store is right; the list is wrong until it is rebuilt (``fanout rebuild-cache``)."""
+    write(sqlite_store, lists, [EdgeChange("x", "star", True, 1)])
+    write(sqlite_store, lists, [EdgeChange("x", "star", False, 2)])
+    lists.apply({STAR: [(True, "x")]})  # the zombie's late append of the older event
+    assert lists.read(STAR) == {"x"} and sqlite_store.followers("star") == []
+    lists.rebuild(STAR, force=True)
+    assert lists.read(STAR) == frozenset()
+
+
+def test_a_server_that_is_down_is_an_error_not_a_shorter_list(
+    sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    down = MemcacheCluster([("127.0.0.1", free_port())], timeout=0.5)
+    lists = ListStore(down, sqlite_store, ListSettings(namespace=unique))
+    sqlite_store.apply([EdgeChange("a", "star", True, 1)])
+    with pytest.raises(CacheUnavailable):
+        lists.read(STAR)
+    with pytest.raises(CacheUnavailable):
+        lists.apply({STAR: [(True, "a")]})
