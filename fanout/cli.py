@@ -19,7 +19,7 @@ from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
 from producers import PublishError, create_topics
-from schemas import EventDecodeError, Follow, Post, Unfollow, is_valid_id
+from schemas import EventDecodeError, is_valid_id, validate_event
 
 console = Console()
 err_console = Console(stderr=True)
@@ -72,20 +72,21 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if summary.ok else 1
     if args.kind is None:
         raise SystemExit("publish needs an event (follow/unfollow/post) or --file")
+    fields: dict[str, object] = {"type": args.kind}
+    if args.kind == "post":
+        fields.update(author=args.a, post_id=args.b, text=args.text)
+    else:
+        fields.update(follower=args.a, followee=args.b)
+        if args.kind == "follow" and args.group:
+            fields["group"] = args.group
     try:
-        event: Follow | Unfollow | Post
-        if args.kind == "post":
-            event = Post(type="post", author=args.a, post_id=args.b, text=args.text)
-        elif args.kind == "follow":
-            event = Follow(type="follow", follower=args.a, followee=args.b, group=args.group)
-        else:
-            event = Unfollow(type="unfollow", follower=args.a, followee=args.b)
-    except ValueError as exc:
+        event = validate_event({k: v for k, v in fields.items() if v is not None})
+    except EventDecodeError as exc:
         raise SystemExit(f"invalid event: {exc}") from None
     try:
         with publisher:
             sent = publisher.publish(event)
-    except (PublishError, EventDecodeError) as exc:
+    except PublishError as exc:
         raise SystemExit(str(exc)) from None
     print(f"published {sent.type} {sent.event_id}")
     return 0

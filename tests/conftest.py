@@ -8,6 +8,8 @@ cache namespace and consumer group, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -84,3 +86,25 @@ def pytest_report_header() -> list[str]:
     reason = real_mongo_skip_reason()
     real = "skipped: " + reason if reason else ("FANOUT_TEST_MONGO_URL" if MONGO_URL else "Docker")
     return [f"edge-store backends: sqlite, mongomock (both following modes); real MongoDB: {real}"]
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a `fanout` subprocess use exactly these settings."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump().items():
+        if value is not None and not isinstance(value, dict):
+            env[f"FANOUT_{name.upper()}"] = str(value)
+    return env
+
+
+def run_cli(
+    settings: Settings, *args: str, timeout: float = 120, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "fanout", *args],
+        env=settings_env(settings),
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )

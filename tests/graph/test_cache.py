@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from graph.cache import CacheUnavailable, MemcacheCluster
 from fanout.stack import free_port
+from graph.cache import CacheUnavailable, MemcacheCluster
 
 
 def test_writes_report_what_was_stored(cache: MemcacheCluster) -> None:
     assert cache.add_many({b"k1": b"+a "}) == {b"k1": True}
     assert cache.add_many({b"k1": b"+b "}) == {b"k1": False}  # exists: ADD refused
     assert cache.append_many({b"k1": b"+c ", b"missing": b"+d "}) == {
-        b"k1": True, b"missing": False,
+        b"k1": True,
+        b"missing": False,
     }
     assert cache.get_many([b"k1", b"missing"]) == {b"k1": b"+a +c "}
     assert cache.exists_many([b"k1", b"missing"]) == {b"k1": True, b"missing": False}
@@ -31,9 +32,11 @@ def test_counters_and_cas(cache: MemcacheCluster) -> None:
     assert cache.incr_many({b"n": 5}) == {b"n": 15}
     cache.add_many({b"c": b"v1"})
     (value, cas_id) = cache.gets_many([b"c"])[b"c"]
+    assert value == b"v1"
     cache.append_many({b"c": b"!"})
     assert cache.cas(b"c", b"v2", cas_id) is False  # a racing append wins
     (value, cas_id) = cache.gets_many([b"c"])[b"c"]
+    assert value == b"v1!"
     assert cache.cas(b"c", b"v2", cas_id) is True
     cache.delete_many([b"c"])
     assert cache.cas(b"c", b"v3", cas_id) is None

@@ -17,8 +17,14 @@ def unfollow(a: str, b: str, pos: int) -> EdgeChange:
 
 
 def test_follow_unfollow_queries(edge_store: EdgeStore) -> None:
-    edge_store.apply([follow("a", "star", 1), follow("b", "star", 2, "work"),
-                      follow("c", "star", 3), follow("a", "b", 4)])
+    edge_store.apply(
+        [
+            follow("a", "star", 1),
+            follow("b", "star", 2, "work"),
+            follow("c", "star", 3),
+            follow("a", "b", 4),
+        ]
+    )
     assert edge_store.followers("star") == ["a", "b", "c"]
     assert edge_store.followers("star", group="work") == ["b"]
     assert edge_store.following("a") == ["b", "star"]
@@ -39,7 +45,7 @@ def test_pagination_is_ordered_and_complete(edge_store: EdgeStore) -> None:
         pages.append(page)
         after = page[-1]
     assert [len(p) for p in pages] == [50, 50, 20]
-    assert sum(pages, []) == sorted(names)
+    assert [name for page in pages for name in page] == sorted(names)
     assert edge_store.all_members(ListRef(ListKind.FOLLOWERS, "star")) == sorted(names)
     assert edge_store.all_members(ListRef(ListKind.FOLLOWING, "f0001")) == ["star"]
 
@@ -89,8 +95,9 @@ def test_any_order_converges(edge_store: EdgeStore) -> None:
 def test_remove_user_removes_both_directions_and_blocks_older_follows(
     edge_store: EdgeStore,
 ) -> None:
-    edge_store.apply([follow("a", "u", 1), follow("b", "u", 2), follow("u", "c", 3),
-                      follow("a", "c", 4)])
+    edge_store.apply(
+        [follow("a", "u", 1), follow("b", "u", 2), follow("u", "c", 3), follow("a", "c", 4)]
+    )
     removed = edge_store.remove_user("u", 10)
     assert sorted(removed.followers) == ["a", "b"] and removed.following == ("c",)
     assert edge_store.followers("u") == [] and edge_store.following("u") == []
@@ -105,9 +112,10 @@ def test_remove_user_removes_both_directions_and_blocks_older_follows(
 def test_followers_query_is_covered_on_real_mongodb(edge_store: EdgeStore) -> None:
     from graph.mongo_edges import MongoEdgeStore
 
-    if not isinstance(edge_store, MongoEdgeStore) or "mongomock" in type(
-        edge_store._db.client
-    ).__module__:
+    if (
+        not isinstance(edge_store, MongoEdgeStore)
+        or "mongomock" in type(edge_store._db.client).__module__
+    ):
         import pytest
 
         pytest.skip("explain() plans exist only on a real MongoDB server")

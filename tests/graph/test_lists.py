@@ -22,8 +22,12 @@ def write(store: SqliteEdgeStore, lists: ListStore, changes: list[EdgeChange]) -
     current = store.apply(changes)
     tokens: dict[ListRef, list[tuple[bool, str]]] = {}
     for c in current:
-        tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append((c.active, c.follower))
-        tokens.setdefault(ListRef(ListKind.FOLLOWING, c.follower), []).append((c.active, c.followee))
+        tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append(
+            (c.active, c.follower)
+        )
+        tokens.setdefault(ListRef(ListKind.FOLLOWING, c.follower), []).append(
+            (c.active, c.followee)
+        )
     lists.apply(tokens)
 
 
@@ -37,8 +41,11 @@ def test_a_list_larger_than_several_shards_reads_back_exactly(
 ) -> None:
     names = [f"user{i:05d}" for i in range(400)]
     for i in range(0, 400, 7):  # many small batches: rollovers happen on the write path
-        write(sqlite_store, lists, [EdgeChange(n, "star", True, i + j)
-                                    for j, n in enumerate(names[i : i + 7])])
+        write(
+            sqlite_store,
+            lists,
+            [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 7])],
+        )
     idx = index_of(lists, STAR)
     assert len(idx.shards) >= 5
     keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
@@ -74,15 +81,25 @@ def test_any_lost_item_yields_the_exact_list(
 ) -> None:
     names = [f"n{i:03d}" for i in range(60)]
     for i in range(0, 60, 10):
-        write(sqlite_store, lists,
-              [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 10])])
+        write(
+            sqlite_store,
+            lists,
+            [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 10])],
+        )
     idx = index_of(lists, STAR)
     first, newest = (lists.shard_key(STAR, idx.gen, n) for n in (idx.shards[0], idx.shards[-1]))
-    victim = {"index": lists.index_key(STAR), "first shard": first, "newest shard": newest,
-              "counter": lists.counter_key(newest)}[lose]
+    victim = {
+        "index": lists.index_key(STAR),
+        "first shard": first,
+        "newest shard": newest,
+        "counter": lists.counter_key(newest),
+    }[lose]
     lists.cache.delete_many([victim])
-    write(sqlite_store, lists, [EdgeChange("late", "star", True, 100),
-                                EdgeChange("n000", "star", False, 101)])
+    write(
+        sqlite_store,
+        lists,
+        [EdgeChange("late", "star", True, 100), EdgeChange("n000", "star", False, 101)],
+    )
     expected = (set(names) | {"late"}) - {"n000"}
     assert lists.read(STAR) == expected
     assert set(sqlite_store.followers("star", limit=1000)) == expected
@@ -121,8 +138,11 @@ def test_flush_of_every_server_mid_run_still_yields_exact_lists(
 
 def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: ListStore) -> None:
     for round_ in range(6):
-        write(sqlite_store, lists,
-              [EdgeChange(f"x{i}", "star", round_ % 2 == 0, round_ * 100 + i) for i in range(20)])
+        write(
+            sqlite_store,
+            lists,
+            [EdgeChange(f"x{i}", "star", round_ % 2 == 0, round_ * 100 + i) for i in range(20)],
+        )
     # 20 adds, then remove/add/remove/add/remove: 120 tokens, 0 members
     idx = index_of(lists, STAR)
     keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
@@ -149,8 +169,9 @@ def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
     assert lists.read(STAR) == {"racer"}
 
 
-def test_lost_rebuild_race_appends_again(sqlite_store: SqliteEdgeStore, cache: MemcacheCluster,
-                                         unique: str) -> None:
+def test_lost_rebuild_race_appends_again(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
     """A rival rebuild that read the store before our write wins the ADD of the index: our
     change is not in its list, so the writer must append its token to the winner's list."""
     settings = ListSettings(shard_bytes=128, namespace=unique, compact_write_prob=0)
@@ -179,8 +200,9 @@ def test_concurrent_writers_and_compacting_readers_lose_nothing(
     """Eight writers own disjoint members of one hot list (as partitions do), flipping them
     on and off; four readers read and compact it all the while with tiny shards."""
     servers = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in cache.servers)]
-    settings = ListSettings(shard_bytes=96, dirty_ratio=0.3, dirty_min=2, namespace=unique,
-                            compact_write_prob=0.2)
+    settings = ListSettings(
+        shard_bytes=96, dirty_ratio=0.3, dirty_min=2, namespace=unique, compact_write_prob=0.2
+    )
     db = tmp_path / "edges.db"
     SqliteEdgeStore(db).close()
     final: dict[str, bool] = {}

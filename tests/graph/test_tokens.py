@@ -22,7 +22,7 @@ def model(sequence: list[tuple[bool, str]]) -> set[str]:
 def split_into_shards(data: bytes, cuts: list[int]) -> list[bytes]:
     toks = data.split(b" ")[:-1]
     shards, start = [], 0
-    for cut in sorted(c % (len(toks) + 1) for c in cuts) + [len(toks)]:
+    for cut in [*sorted(c % (len(toks) + 1) for c in cuts), len(toks)]:
         shards.append(b"".join(t + b" " for t in toks[start:cut]))
         start = max(start, cut)
     return shards
@@ -31,7 +31,8 @@ def split_into_shards(data: bytes, cuts: list[int]) -> list[bytes]:
 def test_seed_examples() -> None:
     assert decode([b"+a +b +c -b "]).members == {"a", "c"}
     assert decode([encode([(True, "a"), (True, "b"), (False, "a"), (True, "a")])]).members == {
-        "a", "b",
+        "a",
+        "b",
     }
     assert decode([b"+a-b "]).members == {"a-b"}
 
@@ -52,8 +53,12 @@ def test_sharding_does_not_change_the_set(
     assert decode(shards).members == model(sequence)
 
 
-@given(ops, st.lists(st.integers(min_value=0, max_value=100), max_size=5),
-       st.integers(min_value=0, max_value=6), ops)
+@given(
+    ops,
+    st.lists(st.integers(min_value=0, max_value=100), max_size=5),
+    st.integers(min_value=0, max_value=6),
+    ops,
+)
 def test_compaction_keeps_the_set_even_when_it_stops_early_and_appends_follow(
     sequence: list[tuple[bool, str]],
     cuts: list[int],

@@ -16,10 +16,35 @@ from schemas import (
     validate_event,
 )
 
-GOOD_IDS = ["u1", "A", "a" * 64, "user.name", "x:y", "mail@host", "under_score", "da-sh", "-", "+"[:0] + "9"]
+GOOD_IDS = [
+    "u1",
+    "A",
+    "a" * 64,
+    "user.name",
+    "x:y",
+    "mail@host",
+    "under_score",
+    "da-sh",
+    "-",
+    "+"[:0] + "9",
+]
 BAD_IDS = [
-    "", "a" * 65, "has space", "new\nline", "cr\rlf", "tab\t", "ctl\x01", "nul\x00", "plus+a",
-    "semi;", "comma,", "caret^", "slash/", "ünï", "emoji😀", "trailing\n",
+    "",
+    "a" * 65,
+    "has space",
+    "new\nline",
+    "cr\rlf",
+    "tab\t",
+    "ctl\x01",
+    "nul\x00",
+    "plus+a",
+    "semi;",
+    "comma,",
+    "caret^",
+    "slash/",
+    "ünï",
+    "emoji😀",
+    "trailing\n",
 ]
 
 
@@ -38,7 +63,7 @@ def test_invalid_ids_are_rejected_naming_field_and_rule(bad: str, field: str) ->
     with pytest.raises(EventDecodeError) as info:
         validate_event(payload)
     assert info.value.field == field
-    if bad and len(bad) <= 64 or len(bad) > 64:
+    if (bad and len(bad) <= 64) or len(bad) > 64:
         assert "[A-Za-z0-9_.:@-]" in info.value.reason
 
 
@@ -61,7 +86,11 @@ def test_token_injection_id_cannot_pass() -> None:
         (b'{"type":"follow","follower":"a"}', "followee", "required"),
         (b'{"type":"follow","follower":1,"followee":"b"}', "follower", "string"),
         (b'{"type":"follow","follower":"a","followee":"b","extra":1}', "extra", "not permitted"),
-        (b'{"type":"post","author":"a","post_id":"p","text":' + b'"x"' * 1 + b',"ts":-1}', "ts", ""),
+        (
+            b'{"type":"post","author":"a","post_id":"p","text":' + b'"x"' * 1 + b',"ts":-1}',
+            "ts",
+            "",
+        ),
         (b'{"type":"post","author":"a","post_id":"p","ts":' + b"9" * 5000 + b"}", "", "JSON"),
         (b'{"type":"post","author":"a","post_id":"p","text":"' + b"x" * 5000 + b'"}', "text", ""),
         (b"x" * 70000, "", "limit"),
@@ -83,7 +112,9 @@ def test_envelope_defaults_are_added_only_when_missing() -> None:
     assert full.event_id and len(full.event_id) == 32
     other = bare.with_envelope()
     assert other.event_id != full.event_id
-    kept = decode_event(b'{"type":"follow","follower":"u1","followee":"u2","event_id":"e1","ts":5,"v":1}')
+    kept = decode_event(
+        b'{"type":"follow","follower":"u1","followee":"u2","event_id":"e1","ts":5,"v":1}'
+    )
     assert kept.with_envelope() == kept
 
 

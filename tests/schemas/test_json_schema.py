@@ -31,7 +31,9 @@ def test_checked_in_schemas_match_the_models() -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: orjson.dumps(s).decode()[:60])
 def test_json_schema_and_python_validation_agree(sample: dict[str, object]) -> None:
-    docs = {name: orjson.loads((SCHEMA_DIR / f"{name}.json").read_bytes()) for name in json_schemas()}
+    docs = {
+        name: orjson.loads((SCHEMA_DIR / f"{name}.json").read_bytes()) for name in json_schemas()
+    }
     schema_ok = jsonschema.Draft202012Validator(docs[str(sample["type"])]).is_valid(sample)
     try:
         validate_event(sample)

@@ -1,0 +1,62 @@
+"""The local stack commands, run under a private FANOUT_HOME so they do not touch the
+session's stack; and the precedence of settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fanout.settings import Settings
+from fanout.stack import StackState
+
+
+def fanout(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FANOUT_")}
+    env["FANOUT_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "fanout", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_up_twice_status_followers_down(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = fanout(home, "stack", "up")
+    assert first.returncode == 0, first.stderr
+    state = StackState.load(home / "stack.json")
+    assert state is not None and len(state.memcached.split(",")) == 2
+    again = fanout(home, "stack", "up")
+    assert again.returncode == 0 and StackState.load(home / "stack.json") == state
+    status = fanout(home, "stack", "status")
+    assert status.returncode == 0 and status.stdout.count(": up") == 3
+    # Later commands find the recorded stack without any exports.
+    assert fanout(home, "publish", "follow", "a", "b").returncode == 0
+    done = fanout(home, "consume", "graph", "--until-idle", "2")
+    assert done.returncode == 0, done.stderr
+    assert fanout(home, "followers", "b").stdout.strip() == "b (1): a"
+    assert fanout(home, "stack", "down").returncode == 0
+    assert fanout(home, "stack", "status").returncode == 1
+    assert not (home / "stack.json").exists()
+
+
+def test_environment_overrides_the_recorded_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FANOUT_HOME", str(tmp_path))
+    StackState("127.0.0.1:1111", "127.0.0.1:2222,127.0.0.1:3333").save(tmp_path / "stack.json")
+    for name in ("FANOUT_KAFKA", "FANOUT_MEMCACHED", "FANOUT_EDGE_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    recorded = Settings()
+    assert recorded.kafka == "127.0.0.1:1111"
+    assert recorded.memcached_servers == [("127.0.0.1", 2222), ("127.0.0.1", 3333)]
+    assert recorded.edge_store_url == f"sqlite:///{tmp_path / 'edges.db'}"
+    monkeypatch.setenv("FANOUT_KAFKA", "broker:9092")
+    assert Settings().kafka == "broker:9092"

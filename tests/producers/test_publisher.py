@@ -1,0 +1,72 @@
+"""EventPublisher against the real Tansu broker of the local stack."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import orjson
+import pytest
+
+from fanout.settings import Settings
+from fanout.stack import free_port
+from producers import EventPublisher, PublishError, create_topics
+from schemas import EventDecodeError, Topics, decode_event
+from tests.kafka_helpers import read_topic
+
+
+def test_published_events_read_back_with_envelope_and_keys(settings: Settings) -> None:
+    with EventPublisher(settings.kafka, settings.topics) as publisher:
+        sent = [
+            publisher.publish({"type": "follow", "follower": f"u{i}", "followee": f"star{i % 3}"})
+            for i in range(30)
+        ]
+        post = publisher.publish({"type": "post", "author": "star0", "post_id": "p1"})
+    graph = read_topic(settings.kafka, settings.topics.graph, 30)
+    assert len(graph) == 30
+    decoded = [decode_event(m.value()) for m in graph]
+    assert {e.event_id for e in decoded} == {e.event_id for e in sent}
+    assert all(e.v == 1 and e.ts and e.ts > 1_600_000_000_000 for e in decoded)
+    for message, event in zip(graph, decoded, strict=True):
+        assert message.key() == event.followee.encode()  # type: ignore[union-attr]
+    posts = read_topic(settings.kafka, settings.topics.posts, 1)
+    assert orjson.loads(posts[0].value())["event_id"] == post.event_id
+    assert posts[0].key() == b"star0"
+
+
+def test_all_events_of_one_followee_land_in_one_partition(settings: Settings) -> None:
+    with EventPublisher(settings.kafka, settings.topics) as publisher:
+        for i in range(120):
+            kind = "follow" if i % 3 else "unfollow"
+            publisher.publish({"type": kind, "follower": f"f{i}", "followee": f"e{i % 8}"})
+    partitions: dict[str, set[int]] = defaultdict(set)
+    for message in read_topic(settings.kafka, settings.topics.graph, 120):
+        partitions[message.key().decode()].add(message.partition())
+    assert len(partitions) == 8
+    assert all(len(p) == 1 for p in partitions.values())
+    assert len(set().union(*partitions.values())) > 1  # keys really spread over partitions
+
+
+def test_invalid_event_is_an_exception_before_anything_is_sent(settings: Settings) -> None:
+    publisher = EventPublisher(settings.kafka, settings.topics)
+    with pytest.raises(EventDecodeError) as info:
+        publisher.publish({"type": "follow", "follower": "a b", "followee": "c"})
+    assert info.value.field == "follower"
+    assert publisher.flush().delivered == 0
+
+
+def test_a_failed_delivery_is_reported_not_silent() -> None:
+    unreachable = f"127.0.0.1:{free_port()}"
+    publisher = EventPublisher(unreachable, Topics("nowhere"), {"message.timeout.ms": 1500})
+    publisher.publish({"type": "follow", "follower": "a", "followee": "b"}, tag="line-1")
+    report = publisher.flush(timeout=10)
+    assert not report.ok
+    assert [f.tag for f in report.failed] == ["line-1"]
+    with pytest.raises(PublishError):  # noqa: SIM117
+        with EventPublisher(unreachable, Topics("x"), {"message.timeout.ms": 1500}) as p:
+            p.publish({"type": "user_removed", "user": "a"})
+
+
+def test_create_topics_is_idempotent(settings: Settings) -> None:
+    names = [f"{settings.topic_prefix}.extra"]
+    assert create_topics(settings.kafka, names, 3) == {names[0]: "created"}
+    assert create_topics(settings.kafka, names, 3) == {names[0]: "exists"}
