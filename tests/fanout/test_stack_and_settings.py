@@ -60,3 +60,9 @@ def test_environment_overrides_the_recorded_stack(
     assert recorded.edge_store_url == f"sqlite:///{tmp_path / 'edges.db'}"
     monkeypatch.setenv("FANOUT_KAFKA", "broker:9092")
     assert Settings().kafka == "broker:9092"
+
+
+def test_readme_documents_every_setting() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for name in Settings.model_fields:
+        assert f"`FANOUT_{name.upper()}`" in readme, name
