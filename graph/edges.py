@@ -10,7 +10,7 @@ removal so that an older follow arriving late cannot bring an edge back.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,6 +54,20 @@ def collapse(changes: Iterable[EdgeChange]) -> list[EdgeChange]:
         if seen is None or change.pos >= seen.pos:
             newest[change.edge] = change
     return list(newest.values())
+
+
+def prepare(
+    changes: Iterable[EdgeChange], removed_at: Callable[[set[str]], dict[str, int]]
+) -> list[EdgeChange]:
+    """Collapse a batch and drop follows older than a removal of either endpoint, which must
+    not bring an edge back. ``removed_at`` looks up the removal positions of the given users."""
+    batch = collapse(changes)
+    removed = removed_at({u for c in batch for u in c.edge})
+    return [
+        c
+        for c in batch
+        if not c.active or c.pos > max(removed.get(c.follower, -1), removed.get(c.followee, -1))
+    ]
 
 
 class EdgeStore(Protocol):

@@ -21,7 +21,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
-from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, collapse
+from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, prepare
 
 DUPLICATE_KEY = 11000
 FollowingMode = Literal["index", "collection"]
@@ -95,13 +95,7 @@ class MongoEdgeStore(PagedMembers):
         return set()
 
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
-        batch = collapse(changes)
-        removed = self._removed({u for c in batch for u in c.edge})
-        live = [
-            c
-            for c in batch
-            if not c.active or c.pos > max(removed.get(c.follower, -1), removed.get(c.followee, -1))
-        ]
+        live = prepare(changes, self._removed)
         if self._mode == "collection":
             self._bulk(self._following, self._upserts(live, flip=True))
         refused = self._bulk(self._followers, self._upserts(live, flip=False))

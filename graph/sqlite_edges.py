@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, collapse
+from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, prepare
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS edges (
@@ -58,14 +58,7 @@ class SqliteEdgeStore(PagedMembers):
         return found
 
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
-        batch = collapse(changes)
-        removed = self._removed({u for c in batch for u in c.edge})
-        # A follow older than a removal of either endpoint must not bring the edge back.
-        live = [
-            c
-            for c in batch
-            if not c.active or c.pos > max(removed.get(c.follower, -1), removed.get(c.followee, -1))
-        ]
+        live = prepare(changes, self._removed)
         with self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
