@@ -79,17 +79,18 @@ class MemcacheCluster:
             found.update(self._call(server, "gets_many", group))
         return found
 
-    def _store(self, command: bytes, values: Mapping[bytes, bytes]) -> dict[bytes, bool]:
+    def _store(
+        self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0
+    ) -> dict[bytes, bool]:
         stored: dict[bytes, bool] = {}
         for server, group in self._by_server(values).items():
-            stored.update(
-                self._call(server, "_store_cmd", command, {k: values[k] for k in group}, 0, False)
-            )
+            batch = {k: values[k] for k in group}
+            stored.update(self._call(server, "_store_cmd", command, batch, expire, False))
         return stored
 
-    def add_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, bool]:
+    def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, bool]:
         """True where the key was created; False where it already existed."""
-        return self._store(b"add", values)
+        return self._store(b"add", values, expire)
 
     def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, bool]:
         """False is NOT_STORED: the key is missing *or* the item would pass the size limit."""

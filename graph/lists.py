@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import random
 import secrets
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,11 +32,16 @@ from graph.tokens import CorruptList, DecodedList, compact_shards, decode, encod
 from schemas import is_valid_id
 
 MAX_WRITE_ATTEMPTS = 8
+# A rebuild holds this lease (an ADDed marker item) so that a herd of readers and writers that
+# all find a list missing waits for one rebuild instead of each querying the store.
+REBUILD_LEASE_S = 10
+REBUILD_WAIT_S = 2.0
 
 
 class ListKind(enum.Enum):
     FOLLOWERS = "fl"
     FOLLOWING = "fg"
+    TIMELINE = "tl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,8 @@ class ListSettings:
     dirty_min: int = 64
     compact_write_prob: float = 0.01
     namespace: str = "tf"
+    # Capped lists (timelines) keep only their greatest members when compacted.
+    max_members: int | None = None
 
 
 @dataclass(slots=True)
@@ -145,9 +153,26 @@ class ListStore:
             self.stats.invalidations += len(keys)
 
     def rebuild(self, ref: ListRef, force: bool = False) -> frozenset[str] | None:
-        """Build the list from the store; None when another client created it first."""
+        """Build the list from the store; None when another client built it (or is building
+        it) first, in which case the caller goes round again and finds that client's index."""
         if force:
             self.invalidate([ref])
+        lease = self.index_key(ref) + b":rb"
+        if not self.cache.add_many({lease: b"1"}, expire=REBUILD_LEASE_S)[lease]:
+            self._await_index(ref)
+            return None
+        try:
+            return self._build(ref)
+        finally:
+            self.cache.delete_many([lease])
+
+    def _await_index(self, ref: ListRef) -> None:
+        deadline = time.monotonic() + REBUILD_WAIT_S
+        key = self.index_key(ref)
+        while time.monotonic() < deadline and key not in self.cache.get_many([key]):
+            time.sleep(0.01)
+
+    def _build(self, ref: ListRef) -> frozenset[str] | None:
         members = sorted(self.source.all_members(ref))
         gen = secrets.token_hex(4)
         chunks = self._chunk(encode((True, m) for m in members))
@@ -234,12 +259,13 @@ class ListStore:
     # -- compaction ------------------------------------------------------------------------------
 
     def _is_dirty(self, decoded: DecodedList) -> bool:
-        dead = decoded.dead
+        cap = self.settings.max_members
+        dead = decoded.dead if cap is None else decoded.tokens - min(len(decoded.members), cap)
         return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * decoded.tokens
 
     def _compact(self, keys: list[bytes], shards: list[tuple[bytes, bytes]]) -> bool:
         """Rewrite shards in order with CAS; give up at the first lost race (see compact_shards)."""
-        rewritten = compact_shards([value for value, _ in shards])
+        rewritten = compact_shards([value for value, _ in shards], self.settings.max_members)
         for key, (old, cas_id), new in zip(keys, shards, rewritten, strict=True):
             if new == old:
                 continue

@@ -55,11 +55,13 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
     return DecodedList(members, count)
 
 
-def compact_shards(shards: Sequence[bytes]) -> list[bytes]:
+def compact_shards(shards: Sequence[bytes], cap: int | None = None) -> list[bytes]:
     """Rewrite each shard keeping only the tokens that still decide membership.
 
     A token survives only if it is its member's last token across all shards; a surviving
     removal is dropped too, because every earlier token for that member is dropped with it.
+    With a ``cap``, only the ``cap`` greatest members survive (timelines encode members so that
+    byte order is time order); dropping a member's only token is the same as removing it.
     Shards are rewritten one by one with CAS in order and the rewrite stops at the first lost
     race, so the output for shard ``k`` may assume shards ``< k`` were rewritten, never that
     shards ``> k`` were: they can only have grown, and growth only supersedes more tokens.
@@ -71,8 +73,14 @@ def compact_shards(shards: Sequence[bytes]) -> list[bytes]:
             if tok[0] not in (PLUS, MINUS):
                 raise CorruptList(f"bad token {tok[:70]!r}")
             last[tok[1:]] = (si, ti)
+    if cap is not None:
+        present = sorted(m for m, (si, ti) in last.items() if parsed[si][ti][0] == PLUS)
+        for member in present[: max(len(present) - cap, 0)]:
+            del last[member]
     out = []
     for si, toks in enumerate(parsed):
-        keep = [tok for ti, tok in enumerate(toks) if tok[0] == PLUS and last[tok[1:]] == (si, ti)]
+        keep = [
+            tok for ti, tok in enumerate(toks) if tok[0] == PLUS and last.get(tok[1:]) == (si, ti)
+        ]
         out.append(b" ".join(keep) + b" " if keep else b"")
     return out

@@ -172,8 +172,9 @@ def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
 def test_lost_rebuild_race_appends_again(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
-    """A rival rebuild that read the store before our write wins the ADD of the index: our
-    change is not in its list, so the writer must append its token to the winner's list."""
+    """A rival rebuild that read the store before our write (a slow one whose lease ran out)
+    wins the ADD of the index: our change is not in its list, so the writer must append its
+    token to the winner's list."""
     settings = ListSettings(shard_bytes=128, namespace=unique, compact_write_prob=0)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     snapshot = SqliteEdgeStore(":memory:")
@@ -184,7 +185,7 @@ def test_lost_rebuild_race_appends_again(
     class RacingSource:
         def all_members(self, ref: ListRef) -> list[str]:
             if not raced:
-                raced.append(rival.rebuild(ref) is not None)  # lands before our ADD
+                raced.append(rival._build(ref) is not None)  # lands before our ADD
             return sqlite_store.all_members(ref)
 
     lists = ListStore(cache, RacingSource(), settings)
@@ -192,6 +193,29 @@ def test_lost_rebuild_race_appends_again(
     lists.apply({STAR: [(True, "b")]})
     assert raced == [True] and lists.stats.rebuilds == 0
     assert lists.read(STAR) == {"a", "b"}
+
+
+def test_a_herd_waits_for_the_rebuild_in_progress(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    settings = ListSettings(namespace=unique)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1)])
+    queries: list[ListRef] = []
+
+    class CountingSource:
+        def all_members(self, ref: ListRef) -> list[str]:
+            queries.append(ref)
+            return sqlite_store.all_members(ref)
+
+    holder = ListStore(cache, sqlite_store, settings)
+    lease = holder.index_key(STAR) + b":rb"
+    assert cache.add_many({lease: b"1"}, expire=10)[lease]  # someone is rebuilding
+    finisher = threading.Timer(0.3, holder._build, args=(STAR,))
+    finisher.start()
+    herd = ListStore(cache, CountingSource(), settings)
+    assert herd.read(STAR) == {"a"}
+    finisher.join()
+    assert queries == []  # the herd never queried the store
 
 
 def test_concurrent_writers_and_compacting_readers_lose_nothing(

@@ -85,3 +85,13 @@ def test_corrupt_bytes_are_reported_not_guessed() -> None:
 def test_token_bytes() -> None:
     assert token(True, "u1") == b"+u1 "
     assert token(False, "u1") == b"-u1 "
+
+
+@given(ops, st.lists(st.integers(min_value=0, max_value=100), max_size=5),
+       st.integers(min_value=0, max_value=5))
+def test_capped_compaction_keeps_the_greatest_members(
+    sequence: list[tuple[bool, str]], cuts: list[int], cap: int
+) -> None:
+    shards = split_into_shards(encode(sequence), cuts)
+    expected = set(sorted(model(sequence))[-cap:]) if cap else set()
+    assert decode(compact_shards(shards, cap)).members == expected
