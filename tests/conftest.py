@@ -76,7 +76,9 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteEdgeStore]:
 @pytest.fixture
 def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) -> ListStore:
     return ListStore(
-        cache, sqlite_store, ListSettings(shard_bytes=128, dirty_min=4, namespace=unique)
+        cache,
+        sqlite_store,
+        ListSettings(shard_bytes=128, dirty_min=4, namespace=unique, compact_write_prob=0),
     )
 
 

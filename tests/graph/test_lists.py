@@ -207,7 +207,14 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
             queries.append(ref)
             return sqlite_store.all_members(ref)
 
-    holder = ListStore(cache, sqlite_store, settings)
+    other_client = MemcacheCluster(
+        [("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers]
+    )
+    class Snapshot:  # what the lease holder read from the store
+        def all_members(self, ref: ListRef) -> list[str]:
+            return ["a"]
+
+    holder = ListStore(other_client, Snapshot(), settings)
     lease = holder.index_key(STAR) + b":rb"
     assert cache.add_many({lease: b"1"}, expire=10)[lease]  # someone is rebuilding
     finisher = threading.Timer(0.3, holder._build, args=(STAR,))

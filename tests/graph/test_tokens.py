@@ -87,8 +87,11 @@ def test_token_bytes() -> None:
     assert token(False, "u1") == b"-u1 "
 
 
-@given(ops, st.lists(st.integers(min_value=0, max_value=100), max_size=5),
-       st.integers(min_value=0, max_value=5))
+@given(
+    ops,
+    st.lists(st.integers(min_value=0, max_value=100), max_size=5),
+    st.integers(min_value=0, max_value=5),
+)
 def test_capped_compaction_keeps_the_greatest_members(
     sequence: list[tuple[bool, str]], cuts: list[int], cap: int
 ) -> None:
