@@ -10,7 +10,7 @@ removal so that an older follow arriving late cannot bring an edge back.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,19 @@ class EdgeChange:
     @property
     def edge(self) -> tuple[str, str]:
         return (self.follower, self.followee)
+
+
+@dataclass(frozen=True, slots=True)
+class PostRecord:
+    author: str
+    post_id: str
+    ts: int
+    text: str | None = None
+
+
+def newest_first(posts: Iterable[PostRecord], limit: int) -> list[PostRecord]:
+    """One total order for posts everywhere: time, then author and id to break ties."""
+    return sorted(posts, key=lambda p: (p.ts, p.author, p.post_id), reverse=True)[:limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +106,20 @@ class EdgeStore(Protocol):
     def users(self) -> Iterator[str]:
         """Every user with at least one active edge, in either direction."""
         ...
+
+    def store_posts(self, posts: Sequence[PostRecord]) -> None:
+        """Idempotent: storing a post again changes nothing."""
+        ...
+
+    def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
+        """The newest ``limit`` posts by any of ``authors``, newest first."""
+        ...
+
+    def add_celebrities(self, users: Iterable[str]) -> None:
+        """Authors whose posts are merged at read time instead of fanned out (sticky)."""
+        ...
+
+    def celebrities(self) -> set[str]: ...
 
     def all_members(self, ref: ListRef) -> list[str]: ...
 

@@ -13,15 +13,23 @@ edges (``"collection"``), so that each collection can be sharded by its own key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from pymongo import ASCENDING, UpdateMany, UpdateOne
+from pymongo import ASCENDING, DESCENDING, UpdateMany, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
-from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, prepare
+from graph.edges import (
+    EdgeChange,
+    EdgeCounts,
+    PagedMembers,
+    PostRecord,
+    RemovedUser,
+    newest_first,
+    prepare,
+)
 
 DUPLICATE_KEY = 11000
 FollowingMode = Literal["index", "collection"]
@@ -38,6 +46,7 @@ class MongoEdgeStore(PagedMembers):
         self._mode = following_mode
         self._followers: Collection[Any] = db["followers"]
         self._users: Collection[Any] = db["users"]
+        self._posts: Collection[Any] = db["posts"]
         self._following: Collection[Any] = (
             db["following"] if following_mode == "collection" else self._followers
         )
@@ -50,6 +59,8 @@ class MongoEdgeStore(PagedMembers):
         self._followers.create_index(
             [("_f", ASCENDING), ("a", ASCENDING), ("_t", ASCENDING), ("_g", ASCENDING)]
         )
+        self._posts.create_index([("a", ASCENDING), ("ts", DESCENDING)])
+        self._users.create_index([("celeb", ASCENDING)], sparse=True)
         if self._mode == "collection":
             self._following.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
             self._following.create_index(
@@ -174,6 +185,37 @@ class MongoEdgeStore(PagedMembers):
         names = set(self._followers.distinct("_f", {"a": True}))
         names.update(self._followers.distinct("_t", {"a": True}))
         yield from sorted(names)
+
+    def store_posts(self, posts: Sequence[PostRecord]) -> None:
+        ops = [
+            UpdateOne(
+                {"_id": f"{p.author}/{p.post_id}"},
+                {"$setOnInsert": {"a": p.author, "i": p.post_id, "ts": p.ts, "text": p.text}},
+                upsert=True,
+            )
+            for p in posts
+        ]
+        self._bulk(self._posts, ops)  # a concurrent insert of the same post is a duplicate
+
+    def recent_posts(self, authors: Iterable[str], limit: int) -> list[PostRecord]:
+        wanted = sorted(authors)
+        if not wanted or limit <= 0:
+            return []
+        cursor = (
+            self._posts.find({"a": {"$in": wanted}}, {"a": 1, "i": 1, "ts": 1, "text": 1})
+            .sort([("ts", DESCENDING), ("a", DESCENDING), ("i", DESCENDING)])
+            .limit(limit)
+        )
+        return newest_first(
+            (PostRecord(d["a"], d["i"], d["ts"], d.get("text")) for d in cursor), limit
+        )
+
+    def add_celebrities(self, users: Iterable[str]) -> None:
+        ops = [UpdateOne({"_id": u}, {"$set": {"celeb": True}}, upsert=True) for u in users]
+        self._bulk(self._users, ops)
+
+    def celebrities(self) -> set[str]:
+        return {d["_id"] for d in self._users.find({"celeb": True}, {"_id": 1})}
 
     def explain_followers(self, user: str) -> Doc:
         """The query plan of "followers of X", for tests and operators checking coverage."""

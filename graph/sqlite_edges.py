@@ -8,10 +8,18 @@ the primary key (SQLite's covered query); the (follower, active, followee) index
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from graph.edges import EdgeChange, EdgeCounts, PagedMembers, RemovedUser, prepare
+from graph.edges import (
+    EdgeChange,
+    EdgeCounts,
+    PagedMembers,
+    PostRecord,
+    RemovedUser,
+    newest_first,
+    prepare,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS edges (
@@ -27,6 +35,15 @@ CREATE TABLE IF NOT EXISTS users (
     id TEXT PRIMARY KEY,
     removed INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS posts (
+    author TEXT NOT NULL,
+    post_id TEXT NOT NULL,
+    ts INTEGER NOT NULL,
+    text TEXT,
+    PRIMARY KEY (author, post_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS posts_recent ON posts (author, ts);
+CREATE TABLE IF NOT EXISTS celebrities (id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 
 UPSERT = """
@@ -144,6 +161,38 @@ class SqliteEdgeStore(PagedMembers):
                 "SELECT follower FROM edges WHERE active = 1 ORDER BY 1"
             )
         )
+
+    def store_posts(self, posts: Sequence[PostRecord]) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR IGNORE INTO posts (author, post_id, ts, text) VALUES (?, ?, ?, ?)",
+                [(p.author, p.post_id, p.ts, p.text) for p in posts],
+            )
+
+    def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
+        found: list[PostRecord] = []
+        ordered = sorted(authors)
+        for i in range(0, len(ordered), 500):
+            chunk = ordered[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(
+                f"SELECT author, post_id, ts, text FROM posts WHERE author IN ({marks}) "
+                "ORDER BY ts DESC, author DESC, post_id DESC LIMIT ?",
+                [*chunk, limit],
+            )
+            found += [PostRecord(*row) for row in rows]
+        return newest_first(found, limit)
+
+    def add_celebrities(self, users: Iterable[str]) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR IGNORE INTO celebrities (id) VALUES (?)", [(u,) for u in users]
+            )
+
+    def celebrities(self) -> set[str]:
+        return {row[0] for row in self._db.execute("SELECT id FROM celebrities")}
 
     def close(self) -> None:
         self._db.close()

@@ -1,7 +1,15 @@
 """Event types, validation and wire encoding. Imports nothing else of this project."""
 
 from schemas.codec import AnyEvent, EventDecodeError, decode_event, encode_event, validate_event
-from schemas.events import SCHEMA_VERSION, Follow, Post, Unfollow, UserRemoved, partition_key
+from schemas.events import (
+    SCHEMA_VERSION,
+    FanoutTask,
+    Follow,
+    Post,
+    Unfollow,
+    UserRemoved,
+    partition_key,
+)
 from schemas.ids import ID_RULE, is_valid_id
 from schemas.topics import Topics
 
@@ -10,6 +18,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AnyEvent",
     "EventDecodeError",
+    "FanoutTask",
     "Follow",
     "Post",
     "Topics",

@@ -13,12 +13,12 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.events import Event, Follow, Post, Unfollow, UserRemoved
+from schemas.events import Event, FanoutTask, Follow, Post, Unfollow, UserRemoved
 from schemas.ids import ID_PATTERN, ID_RULE
 
-AnyEvent = Follow | Unfollow | Post | UserRemoved
+AnyEvent = Follow | Unfollow | Post | UserRemoved | FanoutTask
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(Event)
-MAX_MESSAGE_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ def _describe(exc: ValidationError) -> EventDecodeError:
     err = exc.errors(include_url=False, include_input=False)[0]
     loc = [str(part) for part in err["loc"]]
     # Union errors carry the chosen tag as the first location element; it is not a field.
-    if len(loc) > 1 and loc[0] in ("follow", "unfollow", "post", "user_removed"):
+    if len(loc) > 1 and loc[0] in ("follow", "unfollow", "post", "user_removed", "fanout_task"):
         loc = loc[1:]
     field = ".".join(loc)
     kind = err["type"]

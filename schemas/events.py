@@ -17,6 +17,7 @@ from schemas.ids import ID_ALPHABET, Id, charset, charset_schema
 
 SCHEMA_VERSION = 1
 TEXT_MAX_LEN = 4096
+MAX_CHUNK = 10_000
 # Milliseconds since the epoch; the bound keeps the value inside a signed 64-bit integer.
 Millis = Annotated[int, Field(strict=True, ge=0, lt=2**43)]
 EventId = Annotated[
@@ -73,7 +74,19 @@ class UserRemoved(_Event):
     user: Id
 
 
-Event = Annotated[Follow | Unfollow | Post | UserRemoved, Field(discriminator="type")]
+class FanoutTask(_Event):
+    """Internal: one chunk of a large author's fan-out, shared out over the task topic so that
+    several consumers deliver one post in parallel. Not for apps to publish."""
+
+    type: Literal["fanout_task"]
+    author: Id
+    post_id: Id
+    post_ts: Millis
+    chunk: Annotated[int, Field(strict=True, ge=0)]
+    followers: Annotated[list[Id], Field(max_length=MAX_CHUNK)]
+
+
+Event = Annotated[Follow | Unfollow | Post | UserRemoved | FanoutTask, Field(discriminator="type")]
 GraphEvent = Follow | Unfollow | UserRemoved
 EVENT_TYPES: dict[str, type[_Event]] = {
     "follow": Follow,
@@ -83,7 +96,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
 }
 
 
-def partition_key(event: Follow | Unfollow | Post | UserRemoved) -> str:
+def partition_key(event: Follow | Unfollow | Post | UserRemoved | FanoutTask) -> str:
     """Kafka key: every mutation of one follower list must be ordered within one partition."""
     match event:
         case Follow() | Unfollow():
@@ -92,3 +105,5 @@ def partition_key(event: Follow | Unfollow | Post | UserRemoved) -> str:
             return event.author
         case UserRemoved():
             return event.user
+        case FanoutTask():  # chunks of one post spread over partitions
+            return f"{event.author}/{event.post_id}/{event.chunk}"

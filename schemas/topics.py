@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import Follow, Post, Unfollow, UserRemoved
+from schemas.events import FanoutTask, Follow, Post, Unfollow, UserRemoved
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +23,16 @@ class Topics:
     def dlq(self) -> str:
         return f"{self.prefix}.dlq"
 
-    def all(self) -> list[str]:
-        return [self.graph, self.posts, self.dlq]
+    @property
+    def fanout_tasks(self) -> str:
+        return f"{self.prefix}.fanout-tasks"
 
-    def for_event(self, event: Follow | Unfollow | Post | UserRemoved) -> str:
-        return self.posts if isinstance(event, Post) else self.graph
+    def all(self) -> list[str]:
+        return [self.graph, self.posts, self.dlq, self.fanout_tasks]
+
+    def for_event(self, event: Follow | Unfollow | Post | UserRemoved | FanoutTask) -> str:
+        if isinstance(event, Post):
+            return self.posts
+        if isinstance(event, FanoutTask):
+            return self.fanout_tasks
+        return self.graph

@@ -123,3 +123,24 @@ def test_followers_query_is_covered_on_real_mongodb(edge_store: EdgeStore) -> No
     stats = edge_store.explain_followers("star")["executionStats"]
     assert stats["nReturned"] == 50
     assert stats["totalDocsExamined"] == 0  # index-only: no document was fetched
+
+
+def test_posts_are_stored_once_and_read_newest_first(edge_store: EdgeStore) -> None:
+    from graph.edges import PostRecord
+
+    posts = [PostRecord(f"a{i % 3}", f"p{i}", 1000 + i, f"text {i}") for i in range(30)]
+    edge_store.store_posts(posts)
+    edge_store.store_posts(posts[:5])  # redelivery
+    edge_store.store_posts([PostRecord("a0", "p0", 99999, "changed")])  # same id: ignored
+    recent = edge_store.recent_posts({"a0", "a2"}, 5)
+    assert [p.post_id for p in recent] == ["p29", "p27", "p26", "p24", "p23"]
+    assert recent[0] == PostRecord("a2", "p29", 1029, "text 29")
+    assert len(edge_store.recent_posts({"a0"}, 100)) == 10
+    assert edge_store.recent_posts(set(), 10) == []
+
+
+def test_celebrities_are_sticky(edge_store: EdgeStore) -> None:
+    assert edge_store.celebrities() == set()
+    edge_store.add_celebrities(["star", "idol"])
+    edge_store.add_celebrities(["star"])
+    assert edge_store.celebrities() == {"star", "idol"}

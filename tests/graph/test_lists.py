@@ -210,6 +210,7 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
     other_client = MemcacheCluster(
         [("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers]
     )
+
     class Snapshot:  # what the lease holder read from the store
         def all_members(self, ref: ListRef) -> list[str]:
             return ["a"]
