@@ -7,6 +7,12 @@ re-appends its token, which is how a crash between store and lists is repaired.
 
 A removed user's lists and the lists of every neighbour are invalidated rather than patched: the
 removal races follows in other partitions, and a rebuild from the store is right by construction.
+
+A follow or unfollow also invalidates the follower's home timeline, after the follower lists are
+updated: a timeline is "the newest posts of the authors followed now", and regenerating it is the
+only way to backfill a new followee's older posts or to refill the places an unfollowed author's
+posts leave behind in a capped timeline. Regeneration is lazy (next read or delivery) and the
+read-time filter covers the moment in between.
 """
 
 from __future__ import annotations
@@ -54,9 +60,9 @@ class GraphApplier:
         stale_lists: set[ListRef] = set()
         for user, pos in removals:
             removed = self.store.remove_user(user, pos)
-            stale_lists.add(ListRef(ListKind.FOLLOWERS, user))
-            stale_lists.add(ListRef(ListKind.FOLLOWING, user))
+            stale_lists.update(ListRef(kind, user) for kind in ListKind)
             stale_lists.update(ListRef(ListKind.FOLLOWING, u) for u in removed.followers)
+            stale_lists.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
             stale_lists.update(ListRef(ListKind.FOLLOWERS, u) for u in removed.following)
 
         tokens: dict[ListRef, list[tuple[bool, str]]] = defaultdict(list)
@@ -67,6 +73,7 @@ class GraphApplier:
             tokens[ListRef(ListKind.FOLLOWING, change.follower)].append(
                 (change.active, change.followee)
             )
+            stale_lists.add(ListRef(ListKind.TIMELINE, change.follower))
         self.lists.apply(tokens)
         self.lists.invalidate(stale_lists)
         return GraphBatchResult(len(changes), len(current), len(removals))

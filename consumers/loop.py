@@ -22,12 +22,14 @@ from consumers.dead_letter import DeadLetterError, DeadLetters
 from consumers.kafka_source import KafkaSource
 from consumers.positions import Positioned, Rejected, decode_message
 from graph import CacheUnavailable, ListWriteError
+from producers import PublishError
 
 log = logging.getLogger("fanout.consumer")
 TRANSIENT = (
     CacheUnavailable,
     ListWriteError,
     DeadLetterError,
+    PublishError,
     sqlite3.OperationalError,
     ConnectionFailure,
     OperationFailure,
@@ -111,18 +113,22 @@ class ConsumeLoop:
             raise
         except Exception:
             log.exception("batch failed; isolating the poison event")
+            failed: list[tuple[Positioned, Exception]] = []
             for item in batch:
                 try:
                     self.applier.apply([item])
                 except TRANSIENT:
                     raise
                 except Exception as exc:
-                    self.dead_letters.send(
-                        Rejected(
-                            f"apply failed: {type(exc).__name__}: {exc}", item.origin, item.raw
-                        )
-                    )
-                    self.stats.dead_lettered += 1
+                    failed.append((item, exc))
+            if len(batch) > 1 and len(failed) == len(batch):
+                # Every event fails on its own: the fault is ours, not the input's. Crash
+                # without committing rather than dead-letter the whole stream.
+                raise failed[0][1] from None
+            for item, error in failed:
+                reason = f"apply failed: {type(error).__name__}: {error}"
+                self.dead_letters.send(Rejected(reason, item.origin, item.raw))
+                self.stats.dead_lettered += 1
 
     def _retrying(self, step: Any) -> None:
         backoff = 0.1

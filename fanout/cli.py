@@ -107,7 +107,8 @@ def _stop_on_signals() -> threading.Event:
 def cmd_consume(args: argparse.Namespace, settings: Settings) -> int:
     if args.batch_size:
         settings = settings.model_copy(update={"batch_size": args.batch_size})
-    loop = wiring.graph_loop(settings, _stop_on_signals())
+    build = wiring.graph_loop if args.which == "graph" else wiring.fanout_loop
+    loop = build(settings, _stop_on_signals())
     try:
         stats = loop.run(until_idle=args.until_idle)
     finally:
@@ -132,6 +133,21 @@ def cmd_members(args: argparse.Namespace, settings: Settings) -> int:
             sys.stdout.write(orjson.dumps(line).decode() + "\n")
         else:
             print(f"{ref.user} ({len(members)}): {' '.join(members)}")
+    return 0
+
+
+def cmd_timeline(args: argparse.Namespace, settings: Settings) -> int:
+    (user,) = _ids([args.user])
+    if args.before is not None:
+        _ids([args.before])
+    store = wiring.edge_store(settings)
+    entries = wiring.timeline_reader(settings, store).read(user, args.limit, args.before)
+    if args.json:
+        posts = [{"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in entries]
+        sys.stdout.write(orjson.dumps({"user": user, "posts": posts}).decode() + "\n")
+    else:
+        for e in entries:
+            print(f"{e.ts}  {e.author:<20} {e.post_id}")
     return 0
 
 
@@ -180,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_publish)
 
     p = sub.add_parser("consume", help="run a consumer")
-    p.add_argument("which", choices=["graph"])
+    p.add_argument("which", choices=["graph", "fanout"])
     p.add_argument("--until-idle", type=float, metavar="SECONDS")
     p.add_argument("--batch-size", type=int)
     p.set_defaults(run=cmd_consume)
@@ -190,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("users", nargs="+")
         p.add_argument("--json", action="store_true")
         p.set_defaults(run=cmd_members)
+
+    p = sub.add_parser("timeline", help="a user's home timeline, newest first")
+    p.add_argument("user")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--before", metavar="POST_ID", help="start after this post")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_timeline)
 
     p = sub.add_parser("rebuild-cache", help="rebuild lists from the edge store")
     p.add_argument("users", nargs="*")

@@ -59,6 +59,11 @@ class Settings(BaseSettings):
         0.01, ge=0, le=1, description="chance a writer compacts a list it appended to"
     )
     cache_prefix: str = Field("tf", description="memcached key namespace")
+    timeline_max: int = Field(800, ge=1, description="entries kept per home timeline")
+    chunk_size: int = Field(1000, ge=1, le=10_000, description="followers per fan-out task chunk")
+    celebrity_threshold: int = Field(
+        100_000, ge=0, description="authors with more followers are merged at read time"
+    )
 
     @classmethod
     def settings_customise_sources(

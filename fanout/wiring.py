@@ -5,8 +5,12 @@ from __future__ import annotations
 import threading
 
 from consumers import ConsumeLoop, DeadLetters, GraphApplier, KafkaSource
+from consumers.fanout_apply import FanoutApplier
+from consumers.loop import Applier
 from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge_store
+from graph.lists import MemberSource
+from graph.timelines import TimelineReader, TimelineSource
 from producers import EventPublisher
 
 
@@ -18,33 +22,70 @@ def edge_store(settings: Settings) -> EdgeStore:
     return open_edge_store(settings.edge_store_url, settings.mongo_following)
 
 
-def list_store(settings: Settings, store: EdgeStore) -> ListStore:
+def _lists(
+    settings: Settings, cache: MemcacheCluster, source: MemberSource, cap: int | None = None
+) -> ListStore:
     return ListStore(
-        MemcacheCluster(settings.memcached_servers),
-        store,
+        cache,
+        source,
         ListSettings(
             shard_bytes=settings.list_shard_bytes,
             dirty_ratio=settings.list_dirty_ratio,
             dirty_min=settings.list_dirty_min,
             compact_write_prob=settings.list_compact_write_prob,
             namespace=settings.cache_prefix,
+            max_members=cap,
         ),
     )
+
+
+def list_store(settings: Settings, store: EdgeStore) -> ListStore:
+    """Follower and following lists."""
+    return _lists(settings, MemcacheCluster(settings.memcached_servers), store)
+
+
+def timeline_store(settings: Settings, store: EdgeStore, cache: MemcacheCluster) -> ListStore:
+    source = TimelineSource(store, settings.timeline_max)
+    return _lists(settings, cache, source, cap=settings.timeline_max)
+
+
+def timeline_reader(settings: Settings, store: EdgeStore) -> TimelineReader:
+    follow_lists = list_store(settings, store)
+    timelines = timeline_store(settings, store, follow_lists.cache)
+    return TimelineReader(store, follow_lists, timelines, settings.timeline_max)
+
+
+def _loop(
+    settings: Settings, name: str, topics: list[str], applier: Applier, stop: threading.Event
+) -> ConsumeLoop:
+    group = f"{settings.group}.{name}"
+    source = KafkaSource(
+        settings.kafka,
+        group,
+        topics,
+        max_poll_interval_ms=settings.max_poll_interval_ms,
+        extra=settings.kafka_config,
+    )
+    dead_letters = DeadLetters(settings.kafka, settings.topics.dlq, group, settings.kafka_config)
+    return ConsumeLoop(source, applier, dead_letters, stop, batch_size=settings.batch_size)
 
 
 def graph_loop(settings: Settings, stop: threading.Event) -> ConsumeLoop:
     store = edge_store(settings)
-    group = f"{settings.group}.graph"
-    return ConsumeLoop(
-        source=KafkaSource(
-            settings.kafka,
-            group,
-            [settings.topics.graph],
-            max_poll_interval_ms=settings.max_poll_interval_ms,
-            extra=settings.kafka_config,
-        ),
-        applier=GraphApplier(store, list_store(settings, store)),
-        dead_letters=DeadLetters(settings.kafka, settings.topics.dlq, group, settings.kafka_config),
-        stop=stop,
-        batch_size=settings.batch_size,
+    applier = GraphApplier(store, list_store(settings, store))
+    return _loop(settings, "graph", [settings.topics.graph], applier, stop)
+
+
+def fanout_loop(settings: Settings, stop: threading.Event) -> ConsumeLoop:
+    store = edge_store(settings)
+    follow_lists = list_store(settings, store)
+    applier = FanoutApplier(
+        store,
+        follow_lists,
+        timeline_store(settings, store, follow_lists.cache),
+        publisher(settings),
+        settings.chunk_size,
+        settings.celebrity_threshold,
     )
+    topics = [settings.topics.posts, settings.topics.fanout_tasks]
+    return _loop(settings, "fanout", topics, applier, stop)

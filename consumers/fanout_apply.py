@@ -1,0 +1,128 @@
+"""Delivering posts into follower timelines.
+
+For a batch: store the posts (durable first, so a regenerated timeline has them), read every
+author's follower list in one multi-GET, then append to all followers' timelines with one
+pipelined round trip per memcached server. Three paths by follower count:
+
+- ordinary authors: delivered here, in this batch;
+- more than ``chunk_size`` followers: the list is cut into chunks published to the task topic,
+  so the consumers of the group share one post's fan-out; the post's offset is committed only
+  after every chunk is acknowledged by the broker;
+- more than ``celebrity_threshold`` followers: not fanned out at all; the author is recorded as a
+  celebrity (durably, before the commit) and readers merge its posts at read time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from consumers.positions import OFFSET_BITS, Positioned
+from graph import EdgeStore, ListKind, ListRef, ListStore
+from graph.edges import PostRecord
+from graph.timelines import TimelineEntry
+from producers import EventPublisher, PublishError
+from schemas import FanoutTask, Post
+
+FANOUT_EVENTS = (Post, FanoutTask)
+
+
+@dataclass
+class FanoutStats:
+    posts: int = 0
+    deliveries: int = 0
+    chunks_published: int = 0
+    celebrity_posts: int = 0
+    latencies_ms: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
+
+
+class FanoutApplier:
+    accepted: tuple[type, ...] = FANOUT_EVENTS
+
+    def __init__(
+        self,
+        store: EdgeStore,
+        follow_lists: ListStore,
+        timelines: ListStore,
+        tasks: EventPublisher,
+        chunk_size: int,
+        celebrity_threshold: int,
+    ) -> None:
+        self.store = store
+        self.follow_lists = follow_lists
+        self.timelines = timelines
+        self.tasks = tasks
+        self.chunk_size = chunk_size
+        self.celebrity_threshold = celebrity_threshold
+        self.stats = FanoutStats()
+
+    def apply(self, batch: Sequence[Positioned]) -> None:
+        posts: list[PostRecord] = []
+        chunks: list[FanoutTask] = []
+        for item in batch:
+            event = item.event
+            if isinstance(event, Post):
+                ts = item.pos >> OFFSET_BITS  # the envelope ts, or the broker's stand-in
+                posts.append(PostRecord(event.author, event.post_id, ts, event.text))
+            elif isinstance(event, FanoutTask):
+                chunks.append(event)
+        if posts:
+            self.store.store_posts(posts)
+        deliveries: dict[ListRef, list[tuple[bool, str]]] = defaultdict(list)
+        delivered_posts: list[int] = []
+        for post, followers in self._followers(posts):
+            member = TimelineEntry.of(post).member
+            if len(followers) > self.celebrity_threshold:
+                self.store.add_celebrities([post.author])
+                self.stats.celebrity_posts += 1
+            elif len(followers) > self.chunk_size:
+                self._publish_chunks(post, sorted(followers))
+            else:
+                for follower in followers:
+                    deliveries[ListRef(ListKind.TIMELINE, follower)].append((True, member))
+                delivered_posts.append(post.ts)
+        for task in chunks:
+            member = TimelineEntry(task.post_ts, task.author, task.post_id).member
+            for follower in task.followers:
+                deliveries[ListRef(ListKind.TIMELINE, follower)].append((True, member))
+            delivered_posts.append(task.post_ts)
+        self._confirm_chunks()
+        self.timelines.apply(deliveries)
+        self._account(posts, deliveries, delivered_posts)
+
+    def _followers(self, posts: list[PostRecord]) -> list[tuple[PostRecord, frozenset[str]]]:
+        refs = [ListRef(ListKind.FOLLOWERS, p.author) for p in posts]
+        lists = self.follow_lists.read_many(refs) if refs else {}
+        return [(p, lists[ref]) for p, ref in zip(posts, refs, strict=True)]
+
+    def _publish_chunks(self, post: PostRecord, followers: list[str]) -> None:
+        for chunk, start in enumerate(range(0, len(followers), self.chunk_size)):
+            self.tasks.publish(
+                FanoutTask(
+                    type="fanout_task",
+                    author=post.author,
+                    post_id=post.post_id,
+                    post_ts=post.ts,
+                    chunk=chunk,
+                    followers=followers[start : start + self.chunk_size],
+                )
+            )
+            self.stats.chunks_published += 1
+
+    def _confirm_chunks(self) -> None:
+        report = self.tasks.flush()
+        if not report.ok:  # transient for the loop: the batch is retried, never committed
+            raise PublishError(report)
+
+    def _account(
+        self,
+        posts: list[PostRecord],
+        deliveries: dict[ListRef, list[tuple[bool, str]]],
+        delivered_posts: list[int],
+    ) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        self.stats.posts += len(posts)
+        self.stats.deliveries += sum(len(ops) for ops in deliveries.values())
+        self.stats.latencies_ms.extend(now_ms - ts for ts in delivered_posts)

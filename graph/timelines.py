@@ -1,0 +1,88 @@
+"""Home timelines: capped token lists of posts, plus the read-time merge for celebrities.
+
+A timeline member is ``{ts:013d}/{author}/{post_id}``: ``/`` is outside the id alphabet, and the
+zero-padded time makes byte order time order, which is what capped compaction keeps the greatest
+of. A post delivered twice (at-least-once) is the same member twice, so a read never shows it
+twice.
+
+What a reader sees is defined as: the newest ``cap`` posts by the authors the reader follows now.
+Posts of authors the reader no longer follows are filtered out at read time (cheaper and safer
+than chasing them through every timeline on unfollow); posts of celebrities, which are never
+fanned out, are merged in from the edge store at read time. Regeneration builds the same thing
+from the edge store, so a lost timeline comes back with the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from graph.edges import EdgeStore, PostRecord
+from graph.lists import ListKind, ListRef, ListStore
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TimelineEntry:
+    ts: int
+    author: str
+    post_id: str
+
+    @property
+    def member(self) -> str:
+        return f"{self.ts:013d}/{self.author}/{self.post_id}"
+
+    @classmethod
+    def parse(cls, member: str) -> TimelineEntry:
+        ts, author, post_id = member.split("/")
+        return cls(int(ts), author, post_id)
+
+    @classmethod
+    def of(cls, post: PostRecord) -> TimelineEntry:
+        return cls(post.ts, post.author, post.post_id)
+
+
+class TimelineSource:
+    """What a missing timeline is regenerated from: recent posts of the user's followees."""
+
+    def __init__(self, store: EdgeStore, cap: int) -> None:
+        self._store = store
+        self._cap = cap
+
+    def all_members(self, ref: ListRef) -> list[str]:
+        followees = self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user))
+        return [TimelineEntry.of(p).member for p in self._store.recent_posts(followees, self._cap)]
+
+
+class TimelineReader:
+    def __init__(
+        self, store: EdgeStore, follow_lists: ListStore, timelines: ListStore, cap: int
+    ) -> None:
+        self._store = store
+        self._follow_lists = follow_lists
+        self._timelines = timelines
+        self._cap = cap
+
+    def read(self, user: str, limit: int = 50, before: str | None = None) -> list[TimelineEntry]:
+        """Newest first; ``before`` is a post id: start after that post."""
+        following = self._follow_lists.read(ListRef(ListKind.FOLLOWING, user))
+        delivered = self._timelines.read(ListRef(ListKind.TIMELINE, user))
+        celebrities = self._store.celebrities() & following
+        merged = self._merge(
+            (TimelineEntry.parse(m) for m in delivered),
+            self._store.recent_posts(celebrities, self._cap) if celebrities else [],
+            following,
+        )
+        if before is not None:
+            ids = [e.post_id for e in merged]
+            merged = merged[ids.index(before) + 1 :] if before in ids else []
+        return merged[:limit]
+
+    def _merge(
+        self,
+        delivered: Iterable[TimelineEntry],
+        merged_in: Iterable[PostRecord],
+        following: frozenset[str],
+    ) -> list[TimelineEntry]:
+        entries = {e for e in delivered if e.author in following}
+        entries.update(TimelineEntry.of(p) for p in merged_in)
+        return sorted(entries, reverse=True)[: self._cap]  # the order newest_first uses
