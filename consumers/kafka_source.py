@@ -39,12 +39,24 @@ class KafkaSource:
         self._consumer.subscribe(list(topics), on_assign=self._on_assign)
         self.assigned_at: float | None = None
         self.last_message_at: float | None = None
+        self._early: list[Message] = []
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         if self.assigned_at is None:
             self.assigned_at = time.monotonic()
 
+    def await_assignment(self, timeout: float = 60.0) -> bool:
+        """Join the group before anything is published (so latency figures exclude the join).
+        Messages that arrive meanwhile are kept for the next ``poll_batch``."""
+        deadline = time.monotonic() + timeout
+        while self.assigned_at is None and time.monotonic() < deadline:
+            self._early += self.poll_batch(100, 0.2)
+        return self.assigned_at is not None
+
     def poll_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        if self._early:
+            early, self._early = self._early, []
+            return early
         messages = self._consumer.consume(max_messages, timeout)
         good = []
         for msg in messages:

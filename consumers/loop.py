@@ -51,6 +51,7 @@ class LoopStats:
     applied: int = 0
     dead_lettered: int = 0
     retries: int = 0
+    busy_s: float = 0.0  # time spent handling batches, not waiting for them
 
 
 class Stopped(Exception):
@@ -92,15 +93,17 @@ class ConsumeLoop:
         self._retrying(lambda: self._apply(good))
         self._retrying(self.dead_letters.confirm)
         self._retrying(lambda: self.source.commit(messages))
+        elapsed = time.monotonic() - started
         self.stats.batches += 1
         self.stats.applied += len(good)
+        self.stats.busy_s += elapsed
         log.info(
             "batch applied",
             extra={
                 "messages": len(messages),
                 "applied": len(good),
                 "dead_lettered": len(messages) - len(good),
-                "ms": round((time.monotonic() - started) * 1000, 1),
+                "ms": round(elapsed * 1000, 1),
             },
         )
 

@@ -168,7 +168,7 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from fanout.demo import run_demo
 
-    return run_demo(settings, users=args.users, events=args.events, console=console)
+    return run_demo(settings, args.users, args.events, args.posts, console)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job on the local stack")
     p.add_argument("--users", type=int, default=200)
     p.add_argument("--events", type=int, default=5000)
+    p.add_argument("--posts", type=int, default=2000)
     p.set_defaults(run=cmd_demo)
     return parser
 
