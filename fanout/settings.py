@@ -49,7 +49,7 @@ class Settings(BaseSettings):
         10000, ge=1000, description="librdkafka max.poll.interval.ms (rebalance timeout)"
     )
     list_shard_bytes: int = Field(
-        64 * 1024, ge=64, le=1000 * 1024, description="roll a list shard over before this size"
+        64 * 1024, ge=256, le=1000 * 1024, description="roll a list shard over after this size"
     )
     list_dirty_ratio: float = Field(
         0.5, gt=0, le=1, description="compact when dead tokens exceed this share of tokens"
