@@ -3,6 +3,9 @@
 Auto-commit is off: the loop commits a batch's offsets only after its effects are durable
 (at-least-once). Idle time counts from the first assignment, because a group's first join can
 take as long as the rebalance timeout and "nothing arrived" means nothing until then.
+
+A replay passes an explicit ``assignment`` instead: the partitions and start offsets are given,
+nothing is negotiated with the group, and commits go to the replay's own group only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class KafkaSource:
         *,
         max_poll_interval_ms: int = 10000,
         extra: Mapping[str, Any] | None = None,
+        assignment: Sequence[TopicPartition] | None = None,
     ) -> None:
         self._consumer = Consumer(
             {
@@ -36,10 +40,14 @@ class KafkaSource:
                 **(extra or {}),
             }
         )
-        self._consumer.subscribe(list(topics), on_assign=self._on_assign)
         self.assigned_at: float | None = None
         self.last_message_at: float | None = None
         self._early: list[Message] = []
+        if assignment is None:
+            self._consumer.subscribe(list(topics), on_assign=self._on_assign)
+        else:
+            self._consumer.assign(list(assignment))
+            self.assigned_at = time.monotonic()
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         if self.assigned_at is None:
@@ -88,6 +96,16 @@ class KafkaSource:
                 offsets=[TopicPartition(t, p, o + 1) for (t, p), o in highest.items()],
                 asynchronous=False,
             )
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Messages behind the high watermark per assigned partition (from fetch metadata,
+        no extra request); partitions with nothing fetched yet are left out."""
+        result: dict[tuple[str, int], int] = {}
+        for tp in self._consumer.position(self._consumer.assignment()):
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if tp.offset >= 0 and high >= 0:
+                result[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
+        return result
 
     def close(self) -> None:
         self._consumer.close()

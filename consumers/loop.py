@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,6 +67,8 @@ class ConsumeLoop:
     batch_size: int = 1000
     poll_timeout: float = 0.5
     max_backoff: float = 5.0
+    # Called with each committed batch: progress bars and metrics observe the loop this way.
+    on_batch: Callable[[list[Any]], None] | None = None
 
     def __post_init__(self) -> None:
         self.stats = LoopStats()
@@ -94,6 +96,8 @@ class ConsumeLoop:
         self._retrying(self.dead_letters.confirm)
         self._retrying(lambda: self.source.commit(messages))
         elapsed = time.monotonic() - started
+        if self.on_batch is not None:
+            self.on_batch(messages)
         self.stats.batches += 1
         self.stats.applied += len(good)
         self.stats.busy_s += elapsed

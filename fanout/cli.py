@@ -120,6 +120,13 @@ def cmd_consume(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from fanout.replay_command import parse_start, run_replay
+
+    start = parse_start(args.from_beginning, args.from_offsets, args.from_time)
+    return run_replay(settings, args.which, start, args.until_idle, err_console)
+
+
 def cmd_members(args: argparse.Namespace, settings: Settings) -> int:
     kind = ListKind.FOLLOWERS if args.command == "followers" else ListKind.FOLLOWING
     store = wiring.edge_store(settings)
@@ -200,6 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-idle", type=float, metavar="SECONDS")
     p.add_argument("--batch-size", type=int)
     p.set_defaults(run=cmd_consume)
+
+    p = sub.add_parser("replay", help="re-consume a topic under a dedicated group")
+    p.add_argument("which", choices=["graph", "fanout"])
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="the default")
+    start.add_argument("--from-offsets", metavar="FILE", help='JSON {"partition": offset}')
+    start.add_argument("--from-time", metavar="ISO8601", help="e.g. 2026-11-21T07:00:00Z")
+    p.add_argument("--until-idle", type=float, default=5.0, metavar="SECONDS")
+    p.set_defaults(run=cmd_replay)
 
     for name in ("followers", "following"):
         p = sub.add_parser(name, help=f"read {name} lists (rebuilt from the edge store on a miss)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from confluent_kafka import TopicPartition
+
 from consumers import ConsumeLoop, DeadLetters, GraphApplier, KafkaSource
 from consumers.fanout_apply import FanoutApplier
 from consumers.loop import Applier
@@ -56,7 +58,12 @@ def timeline_reader(settings: Settings, store: EdgeStore) -> TimelineReader:
 
 
 def _loop(
-    settings: Settings, name: str, topics: list[str], applier: Applier, stop: threading.Event
+    settings: Settings,
+    name: str,
+    topics: list[str],
+    applier: Applier,
+    stop: threading.Event,
+    assignment: list[TopicPartition] | None = None,
 ) -> ConsumeLoop:
     group = f"{settings.group}.{name}"
     source = KafkaSource(
@@ -65,18 +72,24 @@ def _loop(
         topics,
         max_poll_interval_ms=settings.max_poll_interval_ms,
         extra=settings.kafka_config,
+        assignment=assignment,
     )
     dead_letters = DeadLetters(settings.kafka, settings.topics.dlq, group, settings.kafka_config)
     return ConsumeLoop(source, applier, dead_letters, stop, batch_size=settings.batch_size)
 
 
-def graph_loop(settings: Settings, stop: threading.Event) -> ConsumeLoop:
+def graph_loop(
+    settings: Settings, stop: threading.Event, replay: list[TopicPartition] | None = None
+) -> ConsumeLoop:
     store = edge_store(settings)
     applier = GraphApplier(store, list_store(settings, store))
-    return _loop(settings, "graph", [settings.topics.graph], applier, stop)
+    name = "graph" if replay is None else "replay-graph"
+    return _loop(settings, name, [settings.topics.graph], applier, stop, replay)
 
 
-def fanout_loop(settings: Settings, stop: threading.Event) -> ConsumeLoop:
+def fanout_loop(
+    settings: Settings, stop: threading.Event, replay: list[TopicPartition] | None = None
+) -> ConsumeLoop:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
     applier = FanoutApplier(
@@ -87,5 +100,7 @@ def fanout_loop(settings: Settings, stop: threading.Event) -> ConsumeLoop:
         settings.chunk_size,
         settings.celebrity_threshold,
     )
+    if replay is not None:  # chunk tasks are re-published from the replayed posts
+        return _loop(settings, "replay-fanout", [settings.topics.posts], applier, stop, replay)
     topics = [settings.topics.posts, settings.topics.fanout_tasks]
     return _loop(settings, "fanout", topics, applier, stop)

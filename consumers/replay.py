@@ -1,0 +1,138 @@
+"""Where a replay starts: the beginning, saved offsets, or a point in time.
+
+``--from-time`` asks the broker (ListOffsets by timestamp) and then checks the answer against
+the messages themselves: the offset found must hold the first message at or after the time. A
+broker that answers wrongly (the dev broker, Tansu, answers 0) is caught by that check and the
+offset is found by scanning the partition instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+READ_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class FromBeginning:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class FromOffsets:
+    offsets: Mapping[int, int]  # partition -> first offset to replay
+
+
+@dataclass(frozen=True, slots=True)
+class FromTime:
+    ms: int
+
+
+ReplayStart = FromBeginning | FromOffsets | FromTime
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStart:
+    partition: int
+    offset: int
+    end: int  # high watermark when the replay started (for progress)
+    scanned: bool = False  # the broker's time lookup was wrong and a scan found the offset
+
+
+class _Probe:
+    """A group-less consumer that reads single messages at given offsets."""
+
+    def __init__(self, bootstrap: str, topic: str, extra: Mapping[str, Any] | None) -> None:
+        self.topic = topic
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"fanout-probe-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                **(extra or {}),
+            }
+        )
+
+    def partitions(self) -> list[int]:
+        meta = self.consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        return sorted(meta.partitions)
+
+    def end(self, partition: int) -> int:
+        _low, high = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, partition), timeout=10
+        )
+        return int(high)
+
+    def timestamp_at(self, partition: int, offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first message at or after ``offset``; None at the end."""
+        self.consumer.assign([TopicPartition(self.topic, partition, offset)])
+        msg = self._next()
+        return None if msg is None else (int(msg.offset() or 0), msg.timestamp()[1])
+
+    def scan(self, partition: int, start: int, ts_ms: int) -> int:
+        self.consumer.assign([TopicPartition(self.topic, partition, start)])
+        last = start
+        while (msg := self._next()) is not None:
+            last = int(msg.offset() or 0) + 1
+            if msg.timestamp()[1] >= ts_ms:
+                return int(msg.offset() or 0)
+        return last
+
+    def _next(self) -> Message | None:
+        for msg in self.consumer.consume(1, READ_TIMEOUT_S):
+            if msg.error() is None:
+                return msg
+        return None
+
+    def by_time(self, partitions: list[int], ts_ms: int) -> dict[int, int]:
+        asked = [TopicPartition(self.topic, p, ts_ms) for p in partitions]
+        return {
+            tp.partition: tp.offset for tp in self.consumer.offsets_for_times(asked, timeout=10)
+        }
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _verified(probe: _Probe, partition: int, candidate: int, ts_ms: int) -> bool:
+    if candidate < 0:
+        return False
+    found = probe.timestamp_at(partition, candidate)
+    if found is not None and found[1] < ts_ms:
+        return False
+    if candidate == 0:
+        return True
+    before = probe.timestamp_at(partition, candidate - 1)
+    return before is not None and before[1] < ts_ms
+
+
+def resolve(
+    bootstrap: str, topic: str, start: ReplayStart, extra: Mapping[str, Any] | None = None
+) -> list[PartitionStart]:
+    probe = _Probe(bootstrap, topic, extra)
+    try:
+        partitions = probe.partitions()
+        ends = {p: probe.end(p) for p in partitions}
+        match start:
+            case FromBeginning():
+                return [PartitionStart(p, 0, ends[p]) for p in partitions]
+            case FromOffsets(offsets):
+                return [PartitionStart(p, offsets.get(p, 0), ends[p]) for p in partitions]
+            case FromTime(ms):
+                answers = probe.by_time(partitions, ms)
+                result = []
+                for p in partitions:
+                    candidate = answers.get(p, -1)
+                    if _verified(probe, p, candidate, ms):
+                        result.append(PartitionStart(p, candidate, ends[p]))
+                    else:
+                        result.append(PartitionStart(p, probe.scan(p, 0, ms), ends[p], True))
+                return result
+    finally:
+        probe.close()
+    raise AssertionError(start)  # pragma: no cover - the match is exhaustive
