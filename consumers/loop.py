@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pymongo.errors import ConnectionFailure, OperationFailure
@@ -54,6 +54,14 @@ class LoopStats:
     busy_s: float = 0.0  # time spent handling batches, not waiting for them
 
 
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    messages: list[Any]  # confluent_kafka Messages, all committed
+    applied: list[Positioned]
+    dead_lettered: int
+    seconds: float
+
+
 class Stopped(Exception):
     """Asked to stop while a batch was still failing: exit without committing it."""
 
@@ -68,7 +76,7 @@ class ConsumeLoop:
     poll_timeout: float = 0.5
     max_backoff: float = 5.0
     # Called with each committed batch: progress bars and metrics observe the loop this way.
-    on_batch: Callable[[list[Any]], None] | None = None
+    observers: list[Callable[[BatchReport], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stats = LoopStats()
@@ -96,8 +104,9 @@ class ConsumeLoop:
         self._retrying(self.dead_letters.confirm)
         self._retrying(lambda: self.source.commit(messages))
         elapsed = time.monotonic() - started
-        if self.on_batch is not None:
-            self.on_batch(messages)
+        report = BatchReport(messages, good, len(messages) - len(good), elapsed)
+        for observe in self.observers:
+            observe(report)
         self.stats.batches += 1
         self.stats.applied += len(good)
         self.stats.busy_s += elapsed

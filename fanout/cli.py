@@ -14,7 +14,7 @@ import orjson
 from rich.console import Console
 from rich.progress import Progress
 
-from fanout import stack, wiring
+from fanout import logs, stack, wiring
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
@@ -109,6 +109,8 @@ def cmd_consume(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.model_copy(update={"batch_size": args.batch_size})
     build = wiring.graph_loop if args.which == "graph" else wiring.fanout_loop
     loop = build(settings, _stop_on_signals())
+    if args.metrics_port is not None:
+        wiring.serve_metrics(loop, args.which, args.metrics_port)
     try:
         stats = loop.run(until_idle=args.until_idle)
     finally:
@@ -181,6 +183,12 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fanout", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one object per line, at INFO (one line per batch)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("stack", help="the embedded local stack (Tansu + 2 memcached)")
@@ -206,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", choices=["graph", "fanout"])
     p.add_argument("--until-idle", type=float, metavar="SECONDS")
     p.add_argument("--batch-size", type=int)
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     p.set_defaults(run=cmd_consume)
 
     p = sub.add_parser("replay", help="re-consume a topic under a dedicated group")
@@ -244,10 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    logs.configure(args.verbose or args.log_format == "json", args.log_format)
     run: Callable[[argparse.Namespace, Settings], int] = args.run
     try:
         return run(args, Settings())

@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from consumers.loop import BatchReport
 from consumers.replay import FromBeginning, FromOffsets, FromTime, ReplayStart, resolve
 from fanout import wiring
 from fanout.settings import Settings
@@ -54,14 +55,14 @@ def run_replay(
         }
         first = {s.partition: s.offset for s in starts}
 
-        def advance(messages: list[object]) -> None:
-            for msg in messages:
-                done = msg.offset() + 1 - first[msg.partition()]  # type: ignore[attr-defined]
-                task = bars[msg.partition()]  # type: ignore[attr-defined]
+        def advance(report: BatchReport) -> None:
+            for msg in report.messages:
+                done = msg.offset() + 1 - first[msg.partition()]
+                task = bars[msg.partition()]
                 total = max(progress.tasks[task].total or 0, done)
                 progress.update(task, completed=done, total=total)
 
-        loop.on_batch = advance
+        loop.observers.append(advance)
         try:
             stats = loop.run(until_idle=until_idle)
         finally:

@@ -9,9 +9,10 @@ from confluent_kafka import TopicPartition
 from consumers import ConsumeLoop, DeadLetters, GraphApplier, KafkaSource
 from consumers.fanout_apply import FanoutApplier
 from consumers.loop import Applier
+from consumers.metrics import ConsumerMetrics
 from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge_store
-from graph.lists import MemberSource
+from graph.lists import ListStats, MemberSource
 from graph.timelines import TimelineReader, TimelineSource
 from producers import EventPublisher
 
@@ -104,3 +105,19 @@ def fanout_loop(
         return _loop(settings, "replay-fanout", [settings.topics.posts], applier, stop, replay)
     topics = [settings.topics.posts, settings.topics.fanout_tasks]
     return _loop(settings, "fanout", topics, applier, stop)
+
+
+def serve_metrics(loop: ConsumeLoop, consumer: str, port: int) -> ConsumerMetrics:
+    """Expose the loop's metrics on ``port`` (Prometheus text format at /metrics)."""
+    applier = loop.applier
+    lists: list[ListStats] = []
+    fanout_stats = None
+    if isinstance(applier, GraphApplier):
+        lists = [applier.lists.stats]
+    elif isinstance(applier, FanoutApplier):
+        lists = [applier.follow_lists.stats, applier.timelines.stats]
+        fanout_stats = applier.stats
+    metrics = ConsumerMetrics(consumer, loop.source, lists, fanout_stats)
+    loop.observers.append(metrics)
+    metrics.serve(port)
+    return metrics

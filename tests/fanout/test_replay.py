@@ -73,8 +73,9 @@ def test_replay_from_time_starts_at_the_first_event_at_or_after_it(settings: Set
         for i in range(20):
             publisher.publish({"type": "follow", "follower": f"late{i}", "followee": f"e{i % 4}"})
 
-    starts = resolve(settings.kafka, settings.topics.graph,
-                     FromTime(int(moment.timestamp() * 1000)))
+    starts = resolve(
+        settings.kafka, settings.topics.graph, FromTime(int(moment.timestamp() * 1000))
+    )
     assert sum(s.offset for s in starts) == 30  # exactly the early events are skipped
     ok(settings, "replay", "graph", "--from-time", moment.isoformat(), "--until-idle", "3")
     store = wiring.edge_store(settings)

@@ -1,0 +1,98 @@
+"""`--metrics-port` serves the named metrics with sensible values; `--log-format json` logs one
+JSON line per batch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+
+import orjson
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+from fanout import wiring
+from fanout.settings import Settings
+from fanout.stack import free_port
+from tests.conftest import settings_env
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def run_with_metrics(
+    settings: Settings, which: str, until: str, expect: float
+) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fanout",
+            "--log-format",
+            "json",
+            "consume",
+            which,
+            "--metrics-port",
+            str(port),
+            "--until-idle",
+            "4",
+        ],
+        env=settings_env(settings),
+        stderr=subprocess.PIPE,
+    )
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            metrics = scrape(port)
+        except OSError:
+            metrics = {}
+        if sum(v for (name, _), v in metrics.items() if name == until) >= expect:
+            break
+        time.sleep(0.3)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    return metrics, err.decode()
+
+
+def test_metrics_and_json_logs_after_a_run(settings: Settings) -> None:
+    producer = Producer({"bootstrap.servers": settings.kafka})
+    for i in range(50):
+        producer.produce(
+            settings.topics.graph,
+            key=b"star",
+            value=orjson.dumps({"type": "follow", "follower": f"f{i}", "followee": "star"}),
+        )
+    producer.produce(settings.topics.graph, key=b"x", value=b"{oops")
+    producer.produce(settings.topics.graph, key=b"x", value=b'{"type":"unfollow"}')
+    producer.flush(10)
+
+    metrics, logs = run_with_metrics(settings, "graph", "fanout_events_applied_total", 50)
+    graph = (("consumer", "graph"),)
+    assert metrics[("fanout_events_applied_total", (*graph, ("type", "follow")))] == 50
+    assert metrics[("fanout_dead_lettered_total", graph)] == 2
+    assert metrics[("fanout_batch_seconds_count", graph)] >= 1
+    assert 0 < metrics[("fanout_batch_seconds_sum", graph)] < 30
+    assert metrics[("fanout_list_rebuilds_total", graph)] >= 2  # star's followers, f*'s following
+    lags = [v for (name, _), v in metrics.items() if name == "fanout_consumer_lag"]
+    assert lags and all(v >= 0 for v in lags)
+
+    lines = [orjson.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    batches = [line for line in lines if line["msg"] == "batch applied"]
+    assert batches and sum(b["messages"] for b in batches) == 52
+    assert sum(b["dead_lettered"] for b in batches) == 2
+    assert len(lines) < 20  # one line per batch, never one per event
+
+    with wiring.publisher(settings) as publisher:
+        publisher.publish({"type": "post", "author": "star", "post_id": "p1"})
+    metrics, _ = run_with_metrics(settings, "fanout", "fanout_deliveries_total", 50)
+    assert metrics[("fanout_deliveries_total", (("consumer", "fanout"),))] == 50
