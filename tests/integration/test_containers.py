@@ -1,0 +1,60 @@
+"""The graph pipeline against the real images (Apache Kafka, MongoDB, memcached) where a Docker
+engine is available; skipped, with that reason, where it is not."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fanout import wiring
+from fanout.settings import Settings
+from graph import ListKind, ListRef
+from producers import create_topics
+from tests.graph.edge_backends import docker_available
+
+pytestmark = pytest.mark.skipif(
+    not docker_available(), reason="no Docker engine here: testcontainers cannot start images"
+)
+
+
+@pytest.fixture(scope="module")
+def containers() -> Iterator[dict[str, Any]]:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.mongodb import MongoDbContainer
+
+    with (
+        KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as kafka,
+        MongoDbContainer("mongo:7") as mongo,
+        DockerContainer("memcached:1.6-alpine").with_exposed_ports(11211) as memcached,
+    ):
+        yield {
+            "kafka": kafka.get_bootstrap_server(),
+            "mongo": mongo.get_connection_url(),
+            "memcached": f"{memcached.get_container_host_ip()}:{memcached.get_exposed_port(11211)}",
+        }
+
+
+def test_graph_pipeline_on_real_images(containers: dict[str, Any]) -> None:
+    settings = Settings(
+        kafka=containers["kafka"],
+        memcached=containers["memcached"],
+        edge_store=containers["mongo"],
+        topic_prefix="it",
+        group="it",
+    )
+    create_topics(settings.kafka, settings.topics.all(), 3)
+    with wiring.publisher(settings) as publisher:
+        for i in range(100):
+            publisher.publish({"type": "follow", "follower": f"f{i}", "followee": "star"})
+        publisher.publish({"type": "unfollow", "follower": "f0", "followee": "star"})
+    loop = wiring.graph_loop(settings, threading.Event())
+    loop.run(until_idle=5)
+    loop.source.close()
+    store = wiring.edge_store(settings)
+    expected = {f"f{i}" for i in range(1, 100)}
+    assert set(store.followers("star")) == expected
+    assert wiring.list_store(settings, store).read(ListRef(ListKind.FOLLOWERS, "star")) == expected
