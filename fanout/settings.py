@@ -32,7 +32,8 @@ class Settings(BaseSettings):
 
     kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     memcached: str = Field("127.0.0.1:11211", description="comma-separated host:port list")
-    edge_store: str = Field("", description="sqlite:///PATH or mongodb:// URL")
+    # URLs and client settings may carry credentials: kept out of reprs (and so out of logs).
+    edge_store: str = Field("", description="sqlite:///PATH or mongodb:// URL", repr=False)
     mongo_following: Literal["collection", "index"] = Field(
         "collection", description="MongoDB: separate `following` collection or a reverse index"
     )
@@ -42,6 +43,7 @@ class Settings(BaseSettings):
     kafka_config: dict[str, Any] = Field(
         default_factory=dict,
         description="extra librdkafka settings as JSON (SASL/TLS); never logged",
+        repr=False,
     )
     group: str = Field("fanout", description="consumer group prefix (PREFIX.graph, ...)")
     batch_size: int = Field(1000, ge=1, description="max messages per consumer batch")
