@@ -1,8 +1,10 @@
 """A Kafka consumer that hands out batches and commits exactly what it is told to.
 
 Auto-commit is off: the loop commits a batch's offsets only after its effects are durable
-(at-least-once). Idle time counts from the first assignment, because a group's first join can
-take as long as the rebalance timeout and "nothing arrived" means nothing until then.
+(at-least-once). Idle time counts from the last message or the last change of assignment, and
+never before a session timeout has passed since the consumer started: a consumer restarted after
+a crash first gets nothing while its dead predecessor still holds the partitions, and "nothing
+arrived" means nothing until that predecessor's session has expired and the group rebalanced.
 
 A replay passes an explicit ``assignment`` instead: the partitions and start offsets are given,
 nothing is negotiated with the group, and commits go to the replay's own group only.
@@ -10,11 +12,15 @@ nothing is negotiated with the group, and commits go to the replay's own group o
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+log = logging.getLogger("fanout.consumer")
 
 
 class KafkaSource:
@@ -27,7 +33,11 @@ class KafkaSource:
         max_poll_interval_ms: int = 10000,
         extra: Mapping[str, Any] | None = None,
         assignment: Sequence[TopicPartition] | None = None,
+        instance_id: str | None = None,
     ) -> None:
+        session_timeout_ms = min(45000, max(6000, max_poll_interval_ms))
+        self._settle_s = session_timeout_ms / 1000 + 2
+        self._started = time.monotonic()
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -35,23 +45,40 @@ class KafkaSource:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "max.poll.interval.ms": max_poll_interval_ms,
-                "session.timeout.ms": min(45000, max(6000, max_poll_interval_ms)),
-                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": session_timeout_ms,
+                # Eager: every rebalance revokes everything, then assigns the new set (possibly
+                # empty), so "between a revoke and the next assign" is a rebalance in progress.
+                "partition.assignment.strategy": "roundrobin",
+                # Static membership: a restarted process takes over its predecessor's place
+                # at once instead of waiting for the dead member's session to expire.
+                **({"group.instance.id": instance_id} if instance_id else {}),
                 **(extra or {}),
             }
         )
-        self.assigned_at: float | None = None
+        self.assigned_at: float | None = None  # first assignment (joined the group)
         self.last_message_at: float | None = None
+        self._last_change: float | None = None
+        self._rebalancing = False
         self._early: list[Message] = []
         if assignment is None:
-            self._consumer.subscribe(list(topics), on_assign=self._on_assign)
+            self._consumer.subscribe(
+                list(topics),
+                on_assign=functools.partial(self._on_change, "assigned"),
+                on_revoke=functools.partial(self._on_change, "revoked"),
+                on_lost=functools.partial(self._on_change, "lost"),
+            )
         else:
             self._consumer.assign(list(assignment))
-            self.assigned_at = time.monotonic()
+            self.assigned_at = self._last_change = time.monotonic()
+            self._settle_s = 0.0
 
-    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_change(self, what: str, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        log.info("partitions %s: %s", what, sorted((p.topic, p.partition) for p in partitions))
+        self._rebalancing = what != "assigned"
+        now = time.monotonic()
         if self.assigned_at is None:
-            self.assigned_at = time.monotonic()
+            self.assigned_at = now
+        self._last_change = now
 
     def await_assignment(self, timeout: float = 60.0) -> bool:
         """Join the group before anything is published (so latency figures exclude the join).
@@ -78,10 +105,14 @@ class KafkaSource:
         return good
 
     def idle_for(self) -> float:
-        """Seconds since the last message (or the first assignment); 0 before assignment."""
-        if self.assigned_at is None:
+        """Seconds since the last message or assignment change; 0 until settled and while a
+        rebalance is in progress."""
+        if self.assigned_at is None or self._last_change is None or self._rebalancing:
             return 0.0
-        return time.monotonic() - (self.last_message_at or self.assigned_at)
+        now = time.monotonic()
+        if now - self._started < self._settle_s:
+            return 0.0
+        return now - max(self.last_message_at or 0.0, self._last_change)
 
     def commit(self, messages: Sequence[Message]) -> None:
         """Commit the offset after the last message of each partition, synchronously."""

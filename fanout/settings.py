@@ -46,6 +46,9 @@ class Settings(BaseSettings):
         repr=False,
     )
     group: str = Field("fanout", description="consumer group prefix (PREFIX.graph, ...)")
+    instance_id: str = Field(
+        "", description="stable id of this consumer process: Kafka static group membership"
+    )
     batch_size: int = Field(1000, ge=1, description="max messages per consumer batch")
     max_poll_interval_ms: int = Field(
         10000, ge=1000, description="librdkafka max.poll.interval.ms (rebalance timeout)"

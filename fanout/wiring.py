@@ -74,6 +74,7 @@ def _loop(
         max_poll_interval_ms=settings.max_poll_interval_ms,
         extra=settings.kafka_config,
         assignment=assignment,
+        instance_id=f"{settings.instance_id}.{name}" if settings.instance_id else None,
     )
     dead_letters = DeadLetters(settings.kafka, settings.topics.dlq, group, settings.kafka_config)
     return ConsumeLoop(source, applier, dead_letters, stop, batch_size=settings.batch_size)

@@ -1,0 +1,152 @@
+"""The fault suite's model of what the events say, the comparison with what the system holds,
+and the consumer processes it kills and restarts."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fanout import wiring
+from fanout.settings import Settings
+from graph import ListKind, ListRef
+from graph.timelines import TimelineEntry
+from producers import EventPublisher
+from tests.conftest import settings_env
+
+FIGURES: dict[str, dict[str, Any]] = {}  # per scenario, written to the report
+TOTALS: Counter[str] = Counter()
+
+
+def record(figures: dict[str, Any], counts: Counter[str] | dict[str, int]) -> None:
+    figures.update(counts)
+    TOTALS.update(counts)
+
+
+SIZE = int(os.environ.get("FANOUT_FAULT_EVENTS", "2000"))
+KILLS = int(os.environ.get("FANOUT_FAULT_KILLS", "2"))
+
+
+@dataclass
+class Model:
+    """The final state the events define: edges, and the posts each timeline must show."""
+
+    cap: int
+    edges: dict[tuple[str, str], bool] = field(default_factory=dict)
+    posts: list[TimelineEntry] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)
+
+    def followers(self, user: str) -> set[str]:
+        return {a for (a, b), on in self.edges.items() if on and b == user}
+
+    def following(self, user: str) -> set[str]:
+        return {b for (a, b), on in self.edges.items() if on and a == user}
+
+    def timeline(self, user: str) -> list[TimelineEntry]:
+        followees = self.following(user)
+        return sorted((p for p in self.posts if p.author in followees), reverse=True)[: self.cap]
+
+
+def publish_mix(
+    publisher: EventPublisher, model: Model, count: int, seed: int, users: int = 60
+) -> None:
+    """Follows (with re-follows), unfollows and posts, recorded in the model as acknowledged."""
+    rng = random.Random(seed)
+    names = [f"u{i}" for i in range(users)]
+    model.users.update(names)
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.2:
+            author = names[min(int(rng.expovariate(0.15)), users - 1)]  # a few post a lot
+            sent = publisher.publish({"type": "post", "author": author, "post_id": f"p{seed}x{i}"})
+            assert sent.ts is not None
+            model.posts.append(TimelineEntry(sent.ts, author, f"p{seed}x{i}"))
+            continue
+        follower = rng.choice(names)
+        followee = names[min(int(rng.expovariate(0.1)), users - 1)]  # Zipf-like popularity
+        if follower == followee:
+            continue
+        active = roll < 0.75
+        kind = "follow" if active else "unfollow"
+        publisher.publish({"type": kind, "follower": follower, "followee": followee})
+        model.edges[(follower, followee)] = active
+
+
+def compare(settings: Settings, model: Model) -> Counter[str]:
+    """Every user's followers, following and timeline against the model, plus the edge store."""
+    store = wiring.edge_store(settings)
+    lists = wiring.list_store(settings, store)
+    reader = wiring.timeline_reader(settings, store)
+    users = sorted(model.users)
+    refs = [ListRef(kind, u) for u in users for kind in (ListKind.FOLLOWERS, ListKind.FOLLOWING)]
+    cached = lists.read_many(refs)
+    found: Counter[str] = Counter()
+    for user in users:
+        for kind, expected in (
+            (ListKind.FOLLOWERS, model.followers(user)),
+            (ListKind.FOLLOWING, model.following(user)),
+        ):
+            got = cached[ListRef(kind, user)]
+            found["lost"] += len(expected - got)
+            found["resurrected"] += len(got - expected)
+            found["list_truncated"] += len(got) < len(expected)
+        found["edge_divergent"] += set(store.followers(user, limit=100_000)) != model.followers(
+            user
+        )
+        timeline = reader.read(user, limit=model.cap)
+        expected_timeline = model.timeline(user)
+        found["timeline_missing"] += len(set(expected_timeline) - set(timeline))
+        found["timeline_wrong"] += timeline != expected_timeline
+    stored = {(p.author, p.post_id) for p in store.recent_posts(model.users, 10**9)}
+    found["acked_not_stored"] += sum((p.author, p.post_id) not in stored for p in model.posts)
+    store.close()
+    return found
+
+
+class ConsumerProcess:
+    """A `fanout consume` process that can be SIGKILLed and restarted."""
+
+    def __init__(self, settings: Settings, which: str, logs: Path) -> None:
+        # Every incarnation is the same static member, as under a supervisor that restarts it.
+        self.settings = settings.model_copy(update={"instance_id": f"fault-{which}"})
+        self.which = which
+        self.log = logs / f"{which}.log"  # every incarnation's stderr, for post-mortems
+        self.kills = 0
+        self.crashes = 0
+        self.proc = self._start()
+
+    def _start(self, *extra: str) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "fanout", "-v", "consume", self.which, *extra],
+                env=settings_env(self.settings),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+
+    def kill_and_restart(self) -> None:
+        if self.proc.poll() is not None:  # it died by itself: that is a crash
+            self.crashes += 1
+        else:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.kills += 1
+        self.proc = self._start()
+
+    def finish(self, until_idle: float = 5.0) -> None:
+        """Stop gracefully, then catch up with a fresh process until idle."""
+        if self.proc.poll() is not None:
+            self.crashes += 1
+        else:
+            self.proc.send_signal(signal.SIGTERM)
+            if self.proc.wait(timeout=120) != 0:
+                self.crashes += 1
+        catch_up = self._start("--until-idle", str(until_idle))
+        if catch_up.wait(timeout=600) != 0:
+            self.crashes += 1
