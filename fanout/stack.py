@@ -129,6 +129,33 @@ def _wait_until(ready: Callable[[], bool], name: str, deadline: float) -> None:
         time.sleep(0.05)
 
 
+def _start_memcached(name: str, port: int, logs: Path) -> Service:
+    user = ["-u", "root"] if os.geteuid() == 0 else []  # memcached refuses root without -u
+    argv = [memcached_binary(), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "512", *user]
+    return Service(name, _spawn(name, argv, logs), f"127.0.0.1:{port}")
+
+
+def restart_memcached(name: str, down_for: float = 0.0) -> Service:
+    """Kill one memcached server of the recorded stack and start an empty one on the same port:
+    what a crash and a supervisor's restart look like to the clients."""
+    state = StackState.load(stack_file())
+    if state is None:
+        raise StackError("no local stack recorded")
+    old = next(s for s in state.services if s.name == name)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(old.pid, signal.SIGKILL)
+    while _pid_alive(old.pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(old.pid, os.WNOHANG)
+        time.sleep(0.01)
+    time.sleep(down_for)
+    new = _start_memcached(name, int(old.address.rpartition(":")[2]), fanout_home() / "logs")
+    state.services = [new if s.name == name else s for s in state.services]
+    state.save(stack_file())
+    _wait_until(functools.partial(memcached_answers, new.address), name, time.monotonic() + 10)
+    return new
+
+
 def stack_status(state: StackState | None) -> dict[str, bool]:
     if state is None:
         return {}
@@ -177,24 +204,8 @@ def stack_up(topics: Topics, partitions: int, timeout: float = 30.0) -> StackSta
             kafka,
         )
     ]
-    user = ["-u", "root"] if os.geteuid() == 0 else []
     for i in range(MEMCACHED_SERVERS):
-        port = free_port()
-        argv = [
-            memcached_binary(),
-            "-l",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            "0",
-            "-m",
-            "512",
-            *user,
-        ]
-        services.append(
-            Service(f"memcached{i}", _spawn(f"memcached{i}", argv, logs), f"127.0.0.1:{port}")
-        )
+        services.append(_start_memcached(f"memcached{i}", free_port(), logs))
     state = StackState(kafka, ",".join(s.address for s in services[1:]), services)
     state.save(stack_file())
     deadline = time.monotonic() + timeout

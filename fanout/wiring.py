@@ -28,6 +28,7 @@ def edge_store(settings: Settings) -> EdgeStore:
 def _lists(
     settings: Settings, cache: MemcacheCluster, source: MemberSource, cap: int | None = None
 ) -> ListStore:
+    """Capped lists are timelines: built by their readers, never by a delivery."""
     return ListStore(
         cache,
         source,
@@ -38,6 +39,7 @@ def _lists(
             compact_write_prob=settings.list_compact_write_prob,
             namespace=settings.cache_prefix,
             max_members=cap,
+            build_on_write=cap is None,
         ),
     )
 

@@ -69,6 +69,9 @@ class ListSettings:
     namespace: str = "tf"
     # Capped lists (timelines) keep only their greatest members when compacted.
     max_members: int | None = None
+    # False: a write to a list that is not in the cache is skipped, and the list is built by
+    # its next reader (timelines: inactive users cost nothing). True: the writer builds it.
+    build_on_write: bool = True
 
 
 @dataclass(slots=True)
@@ -82,6 +85,7 @@ class ListStats:
     compactions: int = 0
     compactions_lost: int = 0
     retries: int = 0
+    skipped_absent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,8 +317,12 @@ class ListStore:
         broken: list[ListRef] = []
         raw_indexes = self.cache.get_many([self.index_key(p.ref) for p in pending])
         located: list[tuple[_Pending, Index, bytes]] = []
+        absent: list[_Pending] = []
         for item in pending:
             raw = raw_indexes.get(self.index_key(item.ref))
+            if raw is None and not self.settings.build_on_write:
+                absent.append(item)
+                continue
             if raw is None:
                 # Rebuilt from the store, which already holds this batch: nothing to append.
                 if self.rebuild(item.ref) is None:
@@ -328,6 +336,7 @@ class ListStore:
                 continue
             located.append((item, idx, self.shard_key(item.ref, idx.gen, idx.shards[-1])))
 
+        again += self._skip_absent(absent)
         sizes = self.cache.incr_many({self.counter_key(k): len(p.tokens) for p, _, k in located})
         plan = _Plan()
         uncounted: list[tuple[_Pending, bytes]] = []
@@ -354,6 +363,29 @@ class ListStore:
                 again.append(item)
         again += self._roll_over(plan.rollovers, broken)
         self.invalidate(broken)
+        return again
+
+    def _skip_absent(self, absent: list[_Pending]) -> list[_Pending]:
+        """Lists that are not materialised are left alone: their next reader builds them from
+        the store, which already holds this write. The one unsafe moment is a rebuild that read
+        the store before this write and has not yet ADDed its index: it holds the lease, so
+        wait for its index and append to it. Without a lease, look at the index once more (a
+        rebuild may have just finished); if it is still absent, skipping is safe."""
+        if not absent:
+            return []
+        leases = self.cache.get_many([self.index_key(p.ref) + b":rb" for p in absent])
+        again = []
+        for item in absent:
+            if self.index_key(item.ref) + b":rb" in leases:
+                self._await_index(item.ref)
+                again.append(item)
+        unleased = [p for p in absent if self.index_key(p.ref) + b":rb" not in leases]
+        appeared = self.cache.get_many([self.index_key(p.ref) for p in unleased])
+        for item in unleased:
+            if self.index_key(item.ref) in appeared:
+                again.append(item)
+            else:
+                self.stats.skipped_absent += 1
         return again
 
     def _recount(

@@ -8,6 +8,7 @@ the primary key (SQLite's covered query); the (follower, active, followee) index
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -59,9 +60,22 @@ class SqliteEdgeStore(PagedMembers):
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._enable_wal()
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+
+    def _enable_wal(self) -> None:
+        """Switching to WAL takes an exclusive lock without waiting on the busy handler, so two
+        processes opening a new file at once can see "database is locked": retry briefly."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _removed(self, users: set[str]) -> dict[str, int]:
         found: dict[str, int] = {}

@@ -18,7 +18,14 @@ class CorruptList(ValueError):
     """A shard holds something that is not a token: the list must be rebuilt, not guessed at."""
 
 
+class UnsafeMember(ValueError):
+    """A member that could carry a delimiter: refused, so no input can inject tokens."""
+
+
 def token(add: bool, member: str) -> bytes:
+    # Ids are validated at the edge already; this is the last line of defence, and cheap.
+    if not (member and member.isascii() and member.isprintable() and " " not in member):
+        raise UnsafeMember(f"unsafe list member {member[:70]!r}")
     return (b"+" if add else b"-") + member.encode("ascii") + b" "
 
 

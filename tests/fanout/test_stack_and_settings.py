@@ -66,3 +66,13 @@ def test_readme_documents_every_setting() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for name in Settings.model_fields:
         assert f"`FANOUT_{name.upper()}`" in readme, name
+
+
+def test_secrets_never_appear_in_settings_reprs() -> None:
+    settings = Settings(
+        edge_store="mongodb://admin:s3cret@db/fanout",
+        kafka_config={"sasl.username": "app", "sasl.password": "hunter2"},
+    )
+    text = repr(settings) + str(settings)
+    assert "s3cret" not in text and "hunter2" not in text
+    assert settings.kafka_config["sasl.password"] == "hunter2"  # still passed through

@@ -8,7 +8,10 @@ import random
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +112,47 @@ def compare(settings: Settings, model: Model) -> Counter[str]:
     return found
 
 
+def run_under_fault(
+    settings: Settings, logs: Path, fault: Callable[[], None], seed: int
+) -> tuple[Model, list[ConsumerProcess]]:
+    """Consume a mixed stream with both consumers running, inject ``fault`` halfway through
+    publishing, let the consumers catch up; returns the model and the consumer processes."""
+    model = Model(cap=settings.timeline_max)
+    consumers = [ConsumerProcess(settings, which, logs) for which in ("graph", "fanout")]
+    halfway = threading.Event()
+
+    def produce() -> None:
+        with wiring.publisher(settings) as publisher:
+            for round_ in range(20):
+                publish_mix(publisher, model, SIZE // 20, seed=seed * 100 + round_)
+                publisher.flush()
+                if round_ == 9:
+                    halfway.set()
+                time.sleep(0.5)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    halfway.wait()
+    fault()
+    producer.join()
+    for consumer in consumers:
+        consumer.finish()
+    return model, consumers
+
+
+def fault_settings(settings: Settings) -> Settings:
+    """Small caps and thresholds so that every delivery path runs under faults."""
+    return settings.model_copy(
+        update={
+            "timeline_max": 20,
+            "chunk_size": 15,
+            "celebrity_threshold": 40,
+            "max_poll_interval_ms": 6000,
+            "batch_size": 200,
+        }
+    )
+
+
 class ConsumerProcess:
     """A `fanout consume` process that can be SIGKILLed and restarted."""
 
@@ -138,6 +182,10 @@ class ConsumerProcess:
             self.proc.wait()
             self.kills += 1
         self.proc = self._start()
+
+    def retries(self) -> int:
+        """Transient failures the incarnations logged (and retried) so far."""
+        return self.log.read_text(errors="replace").count("transient failure")
 
     def finish(self, until_idle: float = 5.0) -> None:
         """Stop gracefully, then catch up with a fresh process until idle."""

@@ -10,19 +10,16 @@ from typing import Any
 
 from fanout import wiring
 from fanout.settings import Settings
-from tests.fault.harness import KILLS, SIZE, ConsumerProcess, Model, compare, publish_mix, record
-
-
-def fault_settings(settings: Settings) -> Settings:
-    return settings.model_copy(
-        update={
-            "timeline_max": 20,
-            "chunk_size": 15,
-            "celebrity_threshold": 40,
-            "max_poll_interval_ms": 6000,
-            "batch_size": 200,
-        }
-    )
+from tests.fault.harness import (
+    KILLS,
+    SIZE,
+    ConsumerProcess,
+    Model,
+    compare,
+    fault_settings,
+    publish_mix,
+    record,
+)
 
 
 def test_kill_9_at_random_moments_loses_nothing(
@@ -31,7 +28,6 @@ def test_kill_9_at_random_moments_loses_nothing(
     settings = fault_settings(settings)
     model = Model(cap=settings.timeline_max)
     consumers = [ConsumerProcess(settings, w, tmp_path) for w in ("graph", "fanout")]
-    done = threading.Event()
 
     def produce() -> None:
         with wiring.publisher(settings) as publisher:
@@ -39,7 +35,6 @@ def test_kill_9_at_random_moments_loses_nothing(
                 publish_mix(publisher, model, SIZE // 20, seed=round_)
                 publisher.flush()
                 time.sleep(0.8)
-        done.set()
 
     producer = threading.Thread(target=produce)
     producer.start()

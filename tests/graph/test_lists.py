@@ -13,22 +13,7 @@ from graph import CacheUnavailable, EdgeChange, ListKind, ListRef, ListSettings,
 from graph.cache import MemcacheCluster
 from graph.lists import Index
 from graph.sqlite_edges import SqliteEdgeStore
-
-STAR = ListRef(ListKind.FOLLOWERS, "star")
-
-
-def write(store: SqliteEdgeStore, lists: ListStore, changes: list[EdgeChange]) -> None:
-    """What the graph consumer does: the store first, then tokens for the current changes."""
-    current = store.apply(changes)
-    tokens: dict[ListRef, list[tuple[bool, str]]] = {}
-    for c in current:
-        tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append(
-            (c.active, c.follower)
-        )
-        tokens.setdefault(ListRef(ListKind.FOLLOWING, c.follower), []).append(
-            (c.active, c.followee)
-        )
-    lists.apply(tokens)
+from tests.graph.contention import STAR, contend, write
 
 
 def index_of(lists: ListStore, ref: ListRef) -> Index:
@@ -227,60 +212,19 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
 
 
 def test_concurrent_writers_and_compacting_readers_lose_nothing(
-    tmp_path: Path, local_stack: object, cache: MemcacheCluster, unique: str
+    tmp_path: Path, cache: MemcacheCluster, unique: str
 ) -> None:
-    """Eight writers own disjoint members of one hot list (as partitions do), flipping them
-    on and off; four readers read and compact it all the while with tiny shards."""
+    """Eight writers flip their own members of one hot list on and off; four readers read and
+    compact it all the while, with tiny shards."""
     servers = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in cache.servers)]
     settings = ListSettings(
         shard_bytes=96, dirty_ratio=0.3, dirty_min=2, namespace=unique, compact_write_prob=0.2
     )
-    db = tmp_path / "edges.db"
-    SqliteEdgeStore(db).close()
-    final: dict[str, bool] = {}
-    errors: list[BaseException] = []
-    stop = threading.Event()
-    stats = []
-
-    def writer(w: int) -> None:
-        try:
-            store = SqliteEdgeStore(db)
-            lists = ListStore(MemcacheCluster(servers), store, settings, random.Random(w))
-            rng = random.Random(w)
-            for step in range(60):
-                member = f"w{w}m{rng.randrange(6)}"
-                active = rng.random() < 0.6
-                write(store, lists, [EdgeChange(member, "star", active, step * 10 + w)])
-                final[member] = active
-            stats.append(lists.stats)
-        except BaseException as exc:
-            errors.append(exc)
-
-    def reader(r: int) -> None:
-        try:
-            lists = ListStore(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
-            while not stop.is_set():
-                lists.read(STAR)
-            stats.append(lists.stats)
-        except BaseException as exc:
-            errors.append(exc)
-
-    readers = [threading.Thread(target=reader, args=(r,)) for r in range(4)]
-    writers = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
-    for t in readers + writers:
-        t.start()
-    for t in writers:
-        t.join()
-    stop.set()
-    for t in readers:
-        t.join()
-    assert not errors, errors
-    expected = {m for m, on in final.items() if on}
-    check = ListStore(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
-    assert check.read(STAR) == expected
-    assert set(SqliteEdgeStore(db).followers("star")) == expected
-    assert sum(s.compactions for s in stats) > 0  # the race was really exercised
-    assert sum(s.rollovers for s in stats) > 0
+    result = contend(servers, tmp_path / "edges.db", settings)
+    assert not result.errors, result.errors
+    assert result.cached == result.expected == result.stored
+    assert sum(s.compactions for s in result.stats) > 0  # the race was really exercised
+    assert sum(s.rollovers for s in result.stats) > 0
 
 
 def test_stale_writer_after_a_newer_token_is_the_documented_hole(
@@ -306,3 +250,59 @@ def test_a_server_that_is_down_is_an_error_not_a_shorter_list(
         lists.read(STAR)
     with pytest.raises(CacheUnavailable):
         lists.apply({STAR: [(True, "a")]})
+
+
+@pytest.mark.parametrize(
+    "user", ["a b", "a\nb", "a\r\n", "ctl\x01", "ctl\x1f", "x" * 65, "", "k\x7f", "ü"]
+)
+def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: str) -> None:
+    """pymemcache itself lets \\x01..\\x1f through; the list layer refuses them first."""
+    with pytest.raises(ValueError):
+        lists.index_key(ListRef(ListKind.FOLLOWERS, user))
+    with pytest.raises(ValueError):
+        lists.read(ListRef(ListKind.FOLLOWING, user))
+
+
+def test_lists_built_by_readers_skip_writes_while_absent(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    settings = ListSettings(namespace=unique, build_on_write=False, compact_write_prob=0)
+    lazy = ListStore(cache, sqlite_store, settings)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1)])
+    lazy.apply({STAR: [(True, "a")]})
+    assert lazy.stats.skipped_absent == 1 and lazy.stats.rebuilds == 0
+    assert lists_key_absent(lazy)
+    assert lazy.read(STAR) == {"a"}  # the reader builds it from the store
+    sqlite_store.apply([EdgeChange("b", "star", True, 2)])
+    lazy.apply({STAR: [(True, "b")]})  # now it exists: appended
+    assert lazy.stats.appends == 1 and lazy.read(STAR) == {"a", "b"}
+
+
+def test_a_skipped_write_waits_for_a_rebuild_in_progress(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    """The rebuild holding the lease read the store before our write: we must append to it."""
+    settings = ListSettings(namespace=unique, build_on_write=False, compact_write_prob=0)
+    other_client = MemcacheCluster(
+        [("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers]
+    )
+
+    class Snapshot:  # the store as the rebuilder read it: before "b"
+        def all_members(self, ref: ListRef) -> list[str]:
+            return ["a"]
+
+    rebuilder = ListStore(other_client, Snapshot(), settings)
+    lease = rebuilder.index_key(STAR) + b":rb"
+    assert cache.add_many({lease: b"1"}, expire=10)[lease]
+    finisher = threading.Timer(0.3, rebuilder._build, args=(STAR,))
+    finisher.start()
+    lazy = ListStore(cache, sqlite_store, settings)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
+    lazy.apply({STAR: [(True, "b")]})
+    finisher.join()
+    assert lazy.stats.skipped_absent == 0
+    assert lazy.read(STAR) == {"a", "b"}
+
+
+def lists_key_absent(lists: ListStore) -> bool:
+    return lists.index_key(STAR) not in lists.cache.get_many([lists.index_key(STAR)])

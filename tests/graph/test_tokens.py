@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph.tokens import CorruptList, compact_shards, decode, encode, token
+from graph.tokens import CorruptList, UnsafeMember, compact_shards, decode, encode, token
 
 members = st.sampled_from(["a", "b", "c", "a-b", "-", "x.y", "u:1", "q@r"])
 ops = st.lists(st.tuples(st.booleans(), members), max_size=60)
@@ -98,3 +98,9 @@ def test_capped_compaction_keeps_the_greatest_members(
     shards = split_into_shards(encode(sequence), cuts)
     expected = set(sorted(model(sequence))[-cap:]) if cap else set()
     assert decode(compact_shards(shards, cap)).members == expected
+
+
+@pytest.mark.parametrize("evil", ["a +b", "a\n-b", "a\r\nb", "a\x01", "", "ü", "a\tb"])
+def test_a_member_that_could_carry_a_delimiter_is_refused(evil: str) -> None:
+    with pytest.raises(UnsafeMember):
+        token(True, evil)

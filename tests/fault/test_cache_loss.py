@@ -1,0 +1,54 @@
+"""Cache loss mid-run: a flush of every server, a crashed-and-restarted server, and a server
+that stays down for a while. Lists and timelines must be rebuilt, never left short."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import stack, wiring
+from fanout.settings import Settings
+from tests.fault.harness import SIZE, compare, fault_settings, record, run_under_fault
+
+FAULTS: dict[str, tuple[Callable[[Settings], None], dict[str, int]]] = {
+    "flush_all": (
+        lambda s: wiring.list_store(s, wiring.edge_store(s)).cache.flush_all(),
+        {"cache_flushes": 1},
+    ),
+    "restart_one_server": (
+        lambda _s: stack.restart_memcached("memcached0"),
+        {"memcached_restarts": 1},
+    ),
+    "one_server_down_for_4s": (
+        lambda _s: stack.restart_memcached("memcached1", down_for=4.0),
+        {"memcached_restarts": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_cache_loss_mid_run_leaves_exact_lists_and_timelines(
+    settings: Settings, fault_report: dict[str, Any], tmp_path: Path, fault: str
+) -> None:
+    settings = fault_settings(settings)
+    inject, counts = FAULTS[fault]
+    model, consumers = run_under_fault(settings, tmp_path, lambda: inject(settings), seed=3)
+    found = compare(settings, model)
+    retries = sum(c.retries() for c in consumers)
+    record(
+        fault_report,
+        {
+            "events": SIZE,
+            **counts,
+            "retries": retries,
+            "consumer_crashes": sum(c.crashes for c in consumers),
+            **found,
+        },
+    )
+    assert sum(c.crashes for c in consumers) == 0
+    assert sum(found.values()) == 0, dict(found)
+    if fault == "one_server_down_for_4s":
+        assert retries > 0  # writes failed loudly and were retried, not skipped
