@@ -44,6 +44,9 @@ class KafkaSource:
                 "group.id": group,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                # A broker that holds fetches for the full wait (the dev broker does) would add
+                # this much to every hop of a post (post, then its chunk tasks).
+                "fetch.wait.max.ms": 50,
                 "max.poll.interval.ms": max_poll_interval_ms,
                 "session.timeout.ms": session_timeout_ms,
                 # Eager: every rebalance revokes everything, then assigns the new set (possibly
@@ -92,7 +95,14 @@ class KafkaSource:
         if self._early:
             early, self._early = self._early, []
             return early
-        messages = self._consumer.consume(max_messages, timeout)
+        # consume(n, timeout) waits for n messages or the whole timeout: wait for the first one
+        # only, then take what is already fetched, so a lone message is not held back.
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return []
+        messages = (
+            [first, *self._consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
+        )
         good = []
         for msg in messages:
             err = msg.error()

@@ -180,6 +180,12 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo(settings, args.users, args.events, args.posts, console)
 
 
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.__main__ import main as bench_main
+
+    return bench_main([args.name, *(["--quick"] if args.quick else []), "--out", args.out])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fanout", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -242,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rebuild-cache", help="rebuild lists from the edge store")
     p.add_argument("users", nargs="*")
     p.set_defaults(run=cmd_rebuild)
+
+    p = sub.add_parser("bench", help="benchmarks (JSON and a PNG under bench/results)")
+    p.add_argument(
+        "name",
+        help="fanout-rate, graph-ingest, list-reads, contended-unfollow, timeline-reads or all",
+    )
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default="bench/results")
+    p.set_defaults(run=cmd_bench)
 
     p = sub.add_parser("demo", help="the main job on the local stack")
     p.add_argument("--users", type=int, default=200)

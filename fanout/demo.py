@@ -2,15 +2,13 @@
 
 It builds a Zipf-like follower graph (user ``u0`` is the celebrity), runs the graph consumer,
 publishes posts, runs the fan-out consumer, prints timelines and the figures, and checks every
-timeline against the edge store. It runs under its own topic prefix, cache namespace and
-edge-store file, and takes the stack down again only if it had to bring it up, so it leaves the
-machine as it found it.
+timeline against the edge store. It runs in a sandbox (its own topics, cache namespace and
+edge-store file) and leaves the machine as it found it.
 """
 
 from __future__ import annotations
 
 import random
-import secrets
 import statistics
 import threading
 from collections.abc import Iterable, Iterator
@@ -21,11 +19,11 @@ from rich.table import Table
 
 from consumers import LoopStats
 from consumers.fanout_apply import FanoutStats
-from fanout import stack, wiring
-from fanout.settings import Settings, fanout_home, stack_file
+from fanout import wiring
+from fanout.sandbox import sandbox
+from fanout.settings import Settings
 from graph import ListKind, ListRef
 from graph.timelines import TimelineEntry
-from producers import create_topics
 from schemas import AnyEvent, Follow, Post, Unfollow
 
 
@@ -61,32 +59,10 @@ def synthetic_posts(users: int, posts: int, seed: int = 8) -> Iterator[Post]:
 
 
 def run_demo(settings: Settings, users: int, events: int, posts: int, console: Console) -> int:
-    was_up = bool(stack.stack_status(stack.StackState.load(stack_file())))
-    state = stack.stack_up(settings.topics, settings.partitions)
-    run = secrets.token_hex(3)
-    db = fanout_home() / f"demo-{run}.db"
-    demo = settings.model_copy(
-        update={
-            "kafka": state.kafka,
-            "memcached": state.memcached,
-            "topic_prefix": f"demo{run}",
-            "cache_prefix": f"demo{run}",
-            "edge_store": f"sqlite:///{db}",
-            "group": f"demo{run}",
-            # Scaled to the demo's size so that both big-author paths run.
-            "chunk_size": max(users // 8, 10),
-            "celebrity_threshold": max(users // 2, 20),
-        }
-    )
-    try:
-        # Kafka clients live only inside _run, so they are gone before the stack goes down.
+    # Scaled to the demo's size so that both big-author paths run.
+    scaled = {"chunk_size": max(users // 8, 10), "celebrity_threshold": max(users // 2, 20)}
+    with sandbox(settings, "demo", **scaled) as demo:
         return _run(demo, users, events, posts, console)
-    finally:
-        db.unlink(missing_ok=True)
-        for suffix in ("-wal", "-shm"):
-            db.with_name(db.name + suffix).unlink(missing_ok=True)
-        if not was_up:
-            stack.stack_down()
 
 
 def _publish(
@@ -101,7 +77,6 @@ def _publish(
 
 
 def _run(demo: Settings, users: int, events: int, posts: int, console: Console) -> int:
-    create_topics(demo.kafka, demo.topics.all(), demo.partitions)
     console.print(
         f"[bold]timeline-fanout demo[/bold]: {users} users, {events} graph events, {posts} posts; "
         f"chunks of {demo.chunk_size} followers, celebrities above {demo.celebrity_threshold}"

@@ -157,18 +157,29 @@ class ListStore:
             self.stats.invalidations += len(keys)
 
     def rebuild(self, ref: ListRef, force: bool = False) -> frozenset[str] | None:
-        """Build the list from the store; None when another client built it (or is building
-        it) first, in which case the caller goes round again and finds that client's index."""
+        return self.rebuild_many([ref], force)[ref]
+
+    def rebuild_many(
+        self, refs: Sequence[ListRef], force: bool = False
+    ) -> dict[ListRef, frozenset[str] | None]:
+        """Build lists from the store; None for a list another client built (or is building)
+        first, in which case the caller goes round again and finds that client's index.
+        Pipelined: one round trip per server for the leases, the shards and the indexes."""
         if force:
-            self.invalidate([ref])
-        lease = self.index_key(ref) + b":rb"
-        if not self.cache.add_many({lease: b"1"}, expire=REBUILD_LEASE_S)[lease]:
-            self._await_index(ref)
-            return None
+            self.invalidate(refs)
+        leases = {self.index_key(ref) + b":rb": ref for ref in dict.fromkeys(refs)}
+        taken = self.cache.add_many(dict.fromkeys(leases, b"1"), expire=REBUILD_LEASE_S)
+        result: dict[ListRef, frozenset[str] | None] = {}
+        for lease, ok in taken.items():
+            if not ok:
+                self._await_index(leases[lease])
+                result[leases[lease]] = None
+        mine = [lease for lease, ok in taken.items() if ok]
         try:
-            return self._build(ref)
+            result.update(self._build_many([leases[lease] for lease in mine]))
         finally:
-            self.cache.delete_many([lease])
+            self.cache.delete_many(mine)
+        return result
 
     def _await_index(self, ref: ListRef) -> None:
         deadline = time.monotonic() + REBUILD_WAIT_S
@@ -176,20 +187,35 @@ class ListStore:
         while time.monotonic() < deadline and key not in self.cache.get_many([key]):
             time.sleep(0.01)
 
-    def _build(self, ref: ListRef) -> frozenset[str] | None:
-        members = sorted(self.source.all_members(ref))
-        gen = secrets.token_hex(4)
-        chunks = self._chunk(encode((True, m) for m in members))
-        shard_keys = [self.shard_key(ref, gen, i) for i in range(len(chunks))]
-        values = dict(zip(shard_keys, chunks, strict=True))
-        values[self.counter_key(shard_keys[-1])] = b"%d" % len(chunks[-1])
-        self.cache.add_many(values)
-        index = gen.encode() + b" " + b"".join(b"+%d " % i for i in range(len(chunks)))
-        if not self.cache.add_many({self.index_key(ref): index})[self.index_key(ref)]:
-            self.cache.delete_many(values)  # lost the ADD race: our shards are orphans
-            return None
-        self.stats.rebuilds += 1
-        return frozenset(members)
+    def _build_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
+        """Shards first, then the index: the index ADD is the commit point of a rebuild."""
+        members: dict[ListRef, list[str]] = {}
+        shards: dict[ListRef, dict[bytes, bytes]] = {}
+        indexes: dict[bytes, bytes] = {}
+        for ref in refs:
+            members[ref] = sorted(self.source.all_members(ref))
+            gen = secrets.token_hex(4)
+            chunks = self._chunk(encode((True, m) for m in members[ref]))
+            shard_keys = [self.shard_key(ref, gen, i) for i in range(len(chunks))]
+            shards[ref] = dict(zip(shard_keys, chunks, strict=True))
+            shards[ref][self.counter_key(shard_keys[-1])] = b"%d" % len(chunks[-1])
+            indexes[self.index_key(ref)] = (
+                gen.encode() + b" " + b"".join(b"+%d " % i for i in range(len(chunks)))
+            )
+        self.cache.add_many({k: v for values in shards.values() for k, v in values.items()})
+        committed = self.cache.add_many(indexes)
+        result: dict[ListRef, frozenset[str] | None] = {}
+        orphans: list[bytes] = []
+        for ref in refs:
+            if committed[self.index_key(ref)]:
+                result[ref] = frozenset(members[ref])
+                self.stats.rebuilds += 1
+            else:  # lost the ADD race: our shards are orphans
+                result[ref] = None
+                orphans += shards[ref]
+        if orphans:
+            self.cache.delete_many(orphans)
+        return result
 
     def _chunk(self, data: bytes) -> list[bytes]:
         limit = self.settings.shard_bytes
@@ -227,14 +253,15 @@ class ListStore:
         raw_indexes = self.cache.get_many([self.index_key(r) for r in refs])
         indexes: dict[ListRef, Index] = {}
         broken: list[ListRef] = []
+        missing = [ref for ref in refs if self.index_key(ref) not in raw_indexes]
+        for ref, rebuilt in self.rebuild_many(missing).items():
+            if rebuilt is None:
+                again.append(ref)
+            else:
+                result[ref] = rebuilt
         for ref in refs:
             raw = raw_indexes.get(self.index_key(ref))
             if raw is None:
-                rebuilt = self.rebuild(ref)
-                if rebuilt is None:
-                    again.append(ref)
-                else:
-                    result[ref] = rebuilt
                 continue
             try:
                 indexes[ref] = Index.parse(raw)
@@ -318,15 +345,14 @@ class ListStore:
         raw_indexes = self.cache.get_many([self.index_key(p.ref) for p in pending])
         located: list[tuple[_Pending, Index, bytes]] = []
         absent: list[_Pending] = []
+        missing: list[_Pending] = []
         for item in pending:
             raw = raw_indexes.get(self.index_key(item.ref))
             if raw is None and not self.settings.build_on_write:
                 absent.append(item)
                 continue
             if raw is None:
-                # Rebuilt from the store, which already holds this batch: nothing to append.
-                if self.rebuild(item.ref) is None:
-                    again.append(item)
+                missing.append(item)
                 continue
             try:
                 idx = Index.parse(raw)
@@ -337,6 +363,9 @@ class ListStore:
             located.append((item, idx, self.shard_key(item.ref, idx.gen, idx.shards[-1])))
 
         again += self._skip_absent(absent)
+        # Rebuilt from the store, which already holds this batch: nothing to append.
+        rebuilt = self.rebuild_many([item.ref for item in missing])
+        again += [item for item in missing if rebuilt[item.ref] is None]
         sizes = self.cache.incr_many({self.counter_key(k): len(p.tokens) for p, _, k in located})
         plan = _Plan()
         uncounted: list[tuple[_Pending, bytes]] = []

@@ -170,7 +170,7 @@ def test_lost_rebuild_race_appends_again(
     class RacingSource:
         def all_members(self, ref: ListRef) -> list[str]:
             if not raced:
-                raced.append(rival._build(ref) is not None)  # lands before our ADD
+                raced.append(rival._build_many([ref])[ref] is not None)  # lands before our ADD
             return sqlite_store.all_members(ref)
 
     lists = ListStore(cache, RacingSource(), settings)
@@ -203,7 +203,7 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
     holder = ListStore(other_client, Snapshot(), settings)
     lease = holder.index_key(STAR) + b":rb"
     assert cache.add_many({lease: b"1"}, expire=10)[lease]  # someone is rebuilding
-    finisher = threading.Timer(0.3, holder._build, args=(STAR,))
+    finisher = threading.Timer(0.3, holder._build_many, args=([STAR],))
     finisher.start()
     herd = ListStore(cache, CountingSource(), settings)
     assert herd.read(STAR) == {"a"}
@@ -294,7 +294,7 @@ def test_a_skipped_write_waits_for_a_rebuild_in_progress(
     rebuilder = ListStore(other_client, Snapshot(), settings)
     lease = rebuilder.index_key(STAR) + b":rb"
     assert cache.add_many({lease: b"1"}, expire=10)[lease]
-    finisher = threading.Timer(0.3, rebuilder._build, args=(STAR,))
+    finisher = threading.Timer(0.3, rebuilder._build_many, args=([STAR],))
     finisher.start()
     lazy = ListStore(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])

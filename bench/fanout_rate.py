@@ -1,0 +1,88 @@
+"""1. Fan-out rate: one post to an author with N followers, publish to last delivery, next to
+pipelined raw APPENDs of the same tokens to the same keys on the same servers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bench.graph_builder import build_followers
+from bench.raw_memcached import pipelined
+from bench.report import Report, Row
+from consumers.graph_apply import GraphApplier
+from consumers.loop import BatchReport
+from fanout import wiring
+from fanout.sandbox import sandbox
+from fanout.settings import Settings
+from graph import ListKind, ListRef
+
+SIZES = [10_000, 100_000, 1_000_000]
+QUICK = [2_000]
+
+
+def run(settings: Settings, report: Report) -> None:
+    bars: list[tuple[str, float]] = []
+    for n in QUICK if report.quick else SIZES:
+        with sandbox(settings, "bfan", celebrity_threshold=10 * n) as s:
+            row = _one(s, n)
+        report.add(**row)
+        bars += [(f"{n:,} ours", row["deliveries_per_s"]), (f"{n:,} raw", row["raw_appends_per_s"])]
+    report.write(bars, "timeline appends per second")
+
+
+def _one(s: Settings, n: int) -> Row:
+    store = wiring.edge_store(s)
+    follow_lists = wiring.list_store(s, store)
+    started = time.perf_counter()
+    build_followers(GraphApplier(store, follow_lists), "author", n)
+    build_s = time.perf_counter() - started
+    # Active users: their timelines are in the cache (an absent timeline is not delivered to;
+    # its reader builds it from the store).
+    timelines = wiring.timeline_store(s, store, follow_lists.cache)
+    refs = [ListRef(ListKind.TIMELINE, f"f{i}") for i in range(n)]
+    for i in range(0, n, 10_000):
+        timelines.rebuild_many(refs[i : i + 10_000])
+
+    joined = threading.Event()
+    finished: list[float] = []
+
+    def consumer() -> None:  # built in its thread: SQLite connections stay in their thread
+        stop = threading.Event()
+        loop = wiring.fanout_loop(s, stop)
+        stats = loop.applier.stats  # type: ignore[attr-defined]
+
+        def last_delivery(_report: BatchReport) -> None:
+            if stats.deliveries >= n and not finished:
+                finished.append(time.perf_counter())
+                stop.set()
+
+        loop.observers.append(last_delivery)
+        loop.source.await_assignment()
+        joined.set()
+        loop.run()
+        loop.source.close()
+
+    thread = threading.Thread(target=consumer, daemon=True)
+    thread.start()
+    joined.wait(120)
+    with wiring.publisher(s) as publisher:
+        publisher.publish({"type": "post", "author": "nobody", "post_id": "warm-up"})
+        publisher.flush()  # connected and initialised: the clock measures the post, not that
+        published = time.perf_counter()
+        publisher.publish({"type": "post", "author": "author", "post_id": "p1"})
+    thread.join(600)
+    fanout_s = finished[0] - published
+
+    keys = [timelines.shard_key(r, "raw", 0) for r in refs]
+    pipelined(follow_lists.cache, b"add", dict.fromkeys(keys, b""))
+    raw_s = pipelined(
+        follow_lists.cache, b"append", dict.fromkeys(keys, b"+0001700000000000/author/p1 ")
+    )
+    return {
+        "followers": n,
+        "build_s": round(build_s, 2),
+        "publish_to_last_delivery_s": round(fanout_s, 3),
+        "deliveries_per_s": round(n / fanout_s),
+        "raw_appends_per_s": round(n / raw_s),
+        "ratio_to_raw": round((n / fanout_s) / (n / raw_s), 3),
+    }

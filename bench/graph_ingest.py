@@ -1,0 +1,58 @@
+"""2. Graph ingest: follow/unfollow events per second end to end (Kafka to edge store and
+lists) for the embedded SQLite store; MongoDB when FANOUT_BENCH_MONGO_URL is set."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+from bench.report import Report, Row
+from fanout import wiring
+from fanout.sandbox import sandbox
+from fanout.settings import Settings
+
+EVENTS = 50_000
+QUICK = 2_000
+
+
+def run(settings: Settings, report: Report) -> None:
+    n = QUICK if report.quick else EVENTS
+    stores: dict[str, str | None] = {"sqlite": None}
+    if url := os.environ.get("FANOUT_BENCH_MONGO_URL"):
+        stores["mongodb"] = url
+    bars = []
+    for name, url in stores.items():
+        overrides = {"edge_store": url} if url else {}
+        with sandbox(settings, "bing", **overrides) as s:
+            row = _one(s, n)
+        report.add(store=name, **row)
+        bars.append((f"{name} events/s", row["events_per_s"]))
+    if "mongodb" not in stores:
+        report.add(store="mongodb", skipped="FANOUT_BENCH_MONGO_URL is not set")
+    report.write(bars, "graph events per second (one consumer)")
+
+
+def _one(s: Settings, n: int) -> Row:
+    rng = random.Random(1)
+    users = 10_000
+    with wiring.publisher(s) as publisher:
+        for _ in range(n):
+            follower = f"u{rng.randrange(users)}"
+            followee = f"u{min(int(rng.expovariate(0.001)), users - 1)}"
+            kind = "follow" if rng.random() < 0.8 else "unfollow"
+            publisher.publish({"type": kind, "follower": follower, "followee": followee})
+    loop = wiring.graph_loop(s, threading.Event())
+    loop.source.await_assignment()
+    started = time.perf_counter()
+    stats = loop.run(until_idle=2.0)
+    wall = time.perf_counter() - started
+    loop.source.close()
+    return {
+        "events": stats.applied,
+        "events_per_s": round(stats.applied / stats.busy_s),
+        "wall_s_incl_idle_wait": round(wall, 2),
+        "batches": stats.batches,
+        "ms_per_batch": round(stats.busy_s / max(stats.batches, 1) * 1000, 1),
+    }
