@@ -73,7 +73,7 @@ def _one(s: Settings, n: int) -> Row:
     thread.join(600)
     fanout_s = finished[0] - published
 
-    keys = [timelines.shard_key(r, "raw", 0) for r in refs]
+    keys = [timelines.index_key(r) + b":raw" for r in refs]  # same spread, own items
     pipelined(follow_lists.cache, b"add", dict.fromkeys(keys, b""))
     raw_s = pipelined(
         follow_lists.cache, b"append", dict.fromkeys(keys, b"+0001700000000000/author/p1 ")

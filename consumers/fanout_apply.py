@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from consumers.positions import OFFSET_BITS, Positioned
 from graph import EdgeStore, ListKind, ListRef, ListStore
 from graph.edges import PostRecord
+from graph.lists import TokenLists
 from graph.timelines import TimelineEntry
+from graph.tokens import token
 from producers import EventPublisher, PublishError
 from schemas import FanoutTask, Post
 
@@ -45,7 +47,7 @@ class FanoutApplier:
         self,
         store: EdgeStore,
         follow_lists: ListStore,
-        timelines: ListStore,
+        timelines: TokenLists,
         tasks: EventPublisher,
         chunk_size: int,
         celebrity_threshold: int,
@@ -70,10 +72,10 @@ class FanoutApplier:
                 chunks.append(event)
         if posts:
             self.store.store_posts(posts)
-        deliveries: dict[ListRef, list[tuple[bool, str]]] = defaultdict(list)
+        deliveries: dict[ListRef, bytes] = defaultdict(bytes)
         delivered_posts: list[int] = []
         for post, followers in self._followers(posts):
-            member = TimelineEntry.of(post).member
+            entry = token(True, TimelineEntry.of(post).member)
             if len(followers) > self.celebrity_threshold:
                 self.store.add_celebrities([post.author])
                 self.stats.celebrity_posts += 1
@@ -81,15 +83,15 @@ class FanoutApplier:
                 self._publish_chunks(post, sorted(followers))
             else:
                 for follower in followers:
-                    deliveries[ListRef(ListKind.TIMELINE, follower)].append((True, member))
+                    deliveries[ListRef(ListKind.TIMELINE, follower)] += entry
                 delivered_posts.append(post.ts)
         for task in chunks:
-            member = TimelineEntry(task.post_ts, task.author, task.post_id).member
+            entry = token(True, TimelineEntry(task.post_ts, task.author, task.post_id).member)
             for follower in task.followers:
-                deliveries[ListRef(ListKind.TIMELINE, follower)].append((True, member))
+                deliveries[ListRef(ListKind.TIMELINE, follower)] += entry
             delivered_posts.append(task.post_ts)
         self._confirm_chunks()
-        self.timelines.apply(deliveries)
+        self.timelines.append_tokens(deliveries)
         self._account(posts, deliveries, delivered_posts)
 
     def _followers(self, posts: list[PostRecord]) -> list[tuple[PostRecord, frozenset[str]]]:
@@ -119,10 +121,10 @@ class FanoutApplier:
     def _account(
         self,
         posts: list[PostRecord],
-        deliveries: dict[ListRef, list[tuple[bool, str]]],
+        deliveries: dict[ListRef, bytes],
         delivered_posts: list[int],
     ) -> None:
         now_ms = time.time_ns() // 1_000_000
         self.stats.posts += len(posts)
-        self.stats.deliveries += sum(len(ops) for ops in deliveries.values())
+        self.stats.deliveries += sum(data.count(b" ") for data in deliveries.values())
         self.stats.latencies_ms.extend(now_ms - ts for ts in delivered_posts)

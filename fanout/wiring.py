@@ -12,7 +12,8 @@ from consumers.loop import Applier
 from consumers.metrics import ConsumerMetrics
 from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge_store
-from graph.lists import ListStats, MemberSource
+from graph.capped_lists import CappedListStore
+from graph.lists import ListStats
 from graph.timelines import TimelineReader, TimelineSource
 from producers import EventPublisher
 
@@ -25,33 +26,26 @@ def edge_store(settings: Settings) -> EdgeStore:
     return open_edge_store(settings.edge_store_url, settings.mongo_following)
 
 
-def _lists(
-    settings: Settings, cache: MemcacheCluster, source: MemberSource, cap: int | None = None
-) -> ListStore:
-    """Capped lists are timelines: built by their readers, never by a delivery."""
-    return ListStore(
-        cache,
-        source,
-        ListSettings(
-            shard_bytes=settings.list_shard_bytes,
-            dirty_ratio=settings.list_dirty_ratio,
-            dirty_min=settings.list_dirty_min,
-            compact_write_prob=settings.list_compact_write_prob,
-            namespace=settings.cache_prefix,
-            max_members=cap,
-            build_on_write=cap is None,
-        ),
+def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
+    return ListSettings(
+        shard_bytes=settings.list_shard_bytes,
+        dirty_ratio=settings.list_dirty_ratio,
+        dirty_min=settings.list_dirty_min,
+        compact_write_prob=settings.list_compact_write_prob,
+        namespace=settings.cache_prefix,
+        max_members=cap,
     )
 
 
 def list_store(settings: Settings, store: EdgeStore) -> ListStore:
     """Follower and following lists."""
-    return _lists(settings, MemcacheCluster(settings.memcached_servers), store)
+    cache = MemcacheCluster(settings.memcached_servers)
+    return ListStore(cache, store, _list_settings(settings))
 
 
-def timeline_store(settings: Settings, store: EdgeStore, cache: MemcacheCluster) -> ListStore:
+def timeline_store(settings: Settings, store: EdgeStore, cache: MemcacheCluster) -> CappedListStore:
     source = TimelineSource(store, settings.timeline_max)
-    return _lists(settings, cache, source, cap=settings.timeline_max)
+    return CappedListStore(cache, source, _list_settings(settings, cap=settings.timeline_max))
 
 
 def timeline_reader(settings: Settings, store: EdgeStore) -> TimelineReader:

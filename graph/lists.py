@@ -19,6 +19,7 @@ way: drop the index and rebuild from the store, never ADD a list that holds only
 
 from __future__ import annotations
 
+import abc
 import enum
 import random
 import secrets
@@ -69,9 +70,6 @@ class ListSettings:
     namespace: str = "tf"
     # Capped lists (timelines) keep only their greatest members when compacted.
     max_members: int | None = None
-    # False: a write to a list that is not in the cache is skipped, and the list is built by
-    # its next reader (timelines: inactive users cost nothing). True: the writer builds it.
-    build_on_write: bool = True
 
 
 @dataclass(slots=True)
@@ -119,7 +117,11 @@ class _Plan:
     rollovers: list[tuple[_Pending, Index]] = field(default_factory=list)
 
 
-class ListStore:
+class TokenLists(abc.ABC):
+    """What every list layout shares: keys, leases and rebuilds, the read and write retry loops,
+    invalidation, the dirtiness rule, and skipping writes to lists that are not in the cache.
+    A layout supplies ``_build_many``, ``_read_round`` and ``_write_round``."""
+
     def __init__(
         self,
         cache: MemcacheCluster,
@@ -133,21 +135,10 @@ class ListStore:
         self.stats = ListStats()
         self._rng = rng or random.Random()
 
-    # -- keys ------------------------------------------------------------------------------
-
     def index_key(self, ref: ListRef) -> bytes:
         if not is_valid_id(ref.user):
             raise ValueError(f"invalid user id {ref.user!r}")
         return f"{self.settings.namespace}:{ref.kind.value}:{ref.user}".encode("ascii")
-
-    def shard_key(self, ref: ListRef, gen: str, shard: int) -> bytes:
-        return self.index_key(ref) + f":{gen}:{shard}".encode("ascii")
-
-    @staticmethod
-    def counter_key(shard_key: bytes) -> bytes:
-        return shard_key + b":n"
-
-    # -- rebuild and invalidation ------------------------------------------------------------
 
     def invalidate(self, refs: Iterable[ListRef]) -> None:
         """Drop lists so the next reader or writer rebuilds them from the store."""
@@ -186,6 +177,101 @@ class ListStore:
         key = self.index_key(ref)
         while time.monotonic() < deadline and key not in self.cache.get_many([key]):
             time.sleep(0.01)
+
+    def read(self, ref: ListRef) -> frozenset[str]:
+        return self.read_many([ref])[ref]
+
+    def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+        """Index multi-GET, then one multi-GET (with CAS ids) of every shard of every list."""
+        result: dict[ListRef, frozenset[str]] = {}
+        todo = list(dict.fromkeys(refs))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if not todo:
+                return result
+            todo = self._read_round(todo, result)
+            self.stats.retries += bool(todo)
+        raise ListWriteError(f"could not read {len(todo)} lists after retries")
+
+    def _is_dirty(self, decoded: DecodedList) -> bool:
+        cap = self.settings.max_members
+        dead = decoded.dead if cap is None else decoded.tokens - min(len(decoded.members), cap)
+        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * decoded.tokens
+
+    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str]]]) -> None:
+        """Append tokens to many lists. The edge store must already hold these changes."""
+        self.append_tokens({ref: encode(ops) for ref, ops in changes.items() if ops})
+
+    def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> None:
+        """``apply`` for tokens already encoded (a fan-out appends one post's token to every
+        follower: it is encoded once). Sharded lists: one index GET, one INCR and one APPEND
+        round trip per server in the normal case; capped lists: one APPEND."""
+        pending = [_Pending(ref, data) for ref, data in tokens.items() if data]
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            if not pending:
+                break
+            if attempt:
+                self.stats.retries += 1
+            pending = self._write_round(pending)
+        else:
+            raise ListWriteError(f"could not append to {len(pending)} lists after retries")
+        if self.settings.compact_write_prob > 0:
+            chosen = [
+                ref for ref in tokens if self._rng.random() < self.settings.compact_write_prob
+            ]
+            if chosen:
+                self.read_many(chosen)  # a read compacts the lists that are dirty
+
+    def _skip_absent(self, absent: list[_Pending]) -> list[_Pending]:
+        """A write never builds a list: one that is not in the cache is left alone, and its next
+        reader builds it from the store, which already holds this write (so a cold follower or
+        an inactive user's timeline costs the writer nothing, and an APPEND never creates a
+        list holding only the new token). The one unsafe moment is a rebuild that read the
+        store before this write and has not yet ADDed its index: it holds the lease, so wait
+        for its index and append to it. Without a lease, look at the index once more (a
+        rebuild may have just finished); if it is still absent, skipping is safe."""
+        if not absent:
+            return []
+        leases = self.cache.get_many([self.index_key(p.ref) + b":rb" for p in absent])
+        again = []
+        for item in absent:
+            if self.index_key(item.ref) + b":rb" in leases:
+                self._await_index(item.ref)
+                again.append(item)
+        unleased = [p for p in absent if self.index_key(p.ref) + b":rb" not in leases]
+        appeared = self.cache.get_many([self.index_key(p.ref) for p in unleased])
+        for item in unleased:
+            if self.index_key(item.ref) in appeared:
+                again.append(item)
+            else:
+                self.stats.skipped_absent += 1
+        return again
+
+    @abc.abstractmethod
+    def _build_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
+        """Build lists from the source under leases already taken; None where one lost."""
+
+    @abc.abstractmethod
+    def _read_round(
+        self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
+    ) -> list[ListRef]:
+        """Read what can be read into ``result``; return the lists to go round again for."""
+
+    @abc.abstractmethod
+    def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
+        """Append what can be appended; return what must go round again."""
+
+
+class ListStore(TokenLists):
+    """Sharded lists (followers, following): an index item and shards behind it."""
+
+    def shard_key(self, ref: ListRef, gen: str, shard: int) -> bytes:
+        return self.index_key(ref) + f":{gen}:{shard}".encode("ascii")
+
+    @staticmethod
+    def counter_key(shard_key: bytes) -> bytes:
+        return shard_key + b":n"
+
+    # -- rebuilds ----------------------------------------------------------------------------
 
     def _build_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
         """Shards first, then the index: the index ADD is the commit point of a rebuild."""
@@ -232,20 +318,6 @@ class ListStore:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def read(self, ref: ListRef) -> frozenset[str]:
-        return self.read_many([ref])[ref]
-
-    def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
-        """Index multi-GET, then one multi-GET (with CAS ids) of every shard of every list."""
-        result: dict[ListRef, frozenset[str]] = {}
-        todo = list(dict.fromkeys(refs))
-        for _ in range(MAX_WRITE_ATTEMPTS):
-            if not todo:
-                return result
-            todo = self._read_round(todo, result)
-            self.stats.retries += bool(todo)
-        raise ListWriteError(f"could not read {len(todo)} lists after retries")
-
     def _read_round(
         self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
     ) -> list[ListRef]:
@@ -289,11 +361,6 @@ class ListStore:
 
     # -- compaction ------------------------------------------------------------------------------
 
-    def _is_dirty(self, decoded: DecodedList) -> bool:
-        cap = self.settings.max_members
-        dead = decoded.dead if cap is None else decoded.tokens - min(len(decoded.members), cap)
-        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * decoded.tokens
-
     def _compact(self, keys: list[bytes], shards: list[tuple[bytes, bytes]]) -> bool:
         """Rewrite shards in order with CAS; give up at the first lost race (see compact_shards)."""
         rewritten = compact_shards([value for value, _ in shards], self.settings.max_members)
@@ -320,39 +387,16 @@ class ListStore:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str]]]) -> None:
-        """Append tokens to many lists: one index GET, one INCR and one APPEND round trip per
-        server in the normal case. The edge store must already hold these changes."""
-        pending = [_Pending(ref, encode(ops)) for ref, ops in changes.items() if ops]
-        for attempt in range(MAX_WRITE_ATTEMPTS):
-            if not pending:
-                break
-            if attempt:
-                self.stats.retries += 1
-            pending = self._write_round(pending)
-        else:
-            raise ListWriteError(f"could not append to {len(pending)} lists after retries")
-        if self.settings.compact_write_prob > 0:
-            chosen = [
-                ref for ref in changes if self._rng.random() < self.settings.compact_write_prob
-            ]
-            if chosen:
-                self.read_many(chosen)  # a read compacts the lists that are dirty
-
     def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
         again: list[_Pending] = []
         broken: list[ListRef] = []
         raw_indexes = self.cache.get_many([self.index_key(p.ref) for p in pending])
         located: list[tuple[_Pending, Index, bytes]] = []
         absent: list[_Pending] = []
-        missing: list[_Pending] = []
         for item in pending:
             raw = raw_indexes.get(self.index_key(item.ref))
-            if raw is None and not self.settings.build_on_write:
-                absent.append(item)
-                continue
             if raw is None:
-                missing.append(item)
+                absent.append(item)
                 continue
             try:
                 idx = Index.parse(raw)
@@ -363,9 +407,6 @@ class ListStore:
             located.append((item, idx, self.shard_key(item.ref, idx.gen, idx.shards[-1])))
 
         again += self._skip_absent(absent)
-        # Rebuilt from the store, which already holds this batch: nothing to append.
-        rebuilt = self.rebuild_many([item.ref for item in missing])
-        again += [item for item in missing if rebuilt[item.ref] is None]
         sizes = self.cache.incr_many({self.counter_key(k): len(p.tokens) for p, _, k in located})
         plan = _Plan()
         uncounted: list[tuple[_Pending, bytes]] = []
@@ -392,29 +433,6 @@ class ListStore:
                 again.append(item)
         again += self._roll_over(plan.rollovers, broken)
         self.invalidate(broken)
-        return again
-
-    def _skip_absent(self, absent: list[_Pending]) -> list[_Pending]:
-        """Lists that are not materialised are left alone: their next reader builds them from
-        the store, which already holds this write. The one unsafe moment is a rebuild that read
-        the store before this write and has not yet ADDed its index: it holds the lease, so
-        wait for its index and append to it. Without a lease, look at the index once more (a
-        rebuild may have just finished); if it is still absent, skipping is safe."""
-        if not absent:
-            return []
-        leases = self.cache.get_many([self.index_key(p.ref) + b":rb" for p in absent])
-        again = []
-        for item in absent:
-            if self.index_key(item.ref) + b":rb" in leases:
-                self._await_index(item.ref)
-                again.append(item)
-        unleased = [p for p in absent if self.index_key(p.ref) + b":rb" not in leases]
-        appeared = self.cache.get_many([self.index_key(p.ref) for p in unleased])
-        for item in unleased:
-            if self.index_key(item.ref) in appeared:
-                again.append(item)
-            else:
-                self.stats.skipped_absent += 1
         return again
 
     def _recount(

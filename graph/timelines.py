@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from graph.edges import EdgeStore, PostRecord
-from graph.lists import ListKind, ListRef, ListStore
+from graph.lists import ListKind, ListRef, TokenLists
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -55,7 +55,7 @@ class TimelineSource:
 
 class TimelineReader:
     def __init__(
-        self, store: EdgeStore, follow_lists: ListStore, timelines: ListStore, cap: int
+        self, store: EdgeStore, follow_lists: TokenLists, timelines: TokenLists, cap: int
     ) -> None:
         self._store = store
         self._follow_lists = follow_lists

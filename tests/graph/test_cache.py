@@ -53,3 +53,14 @@ def test_a_server_that_does_not_answer_raises() -> None:
         dead.append_many({b"k": b"+a "})
     with pytest.raises(CacheUnavailable):
         dead.get_many([b"k"])
+
+
+def test_placement_is_the_same_as_hashclients(cache: MemcacheCluster) -> None:
+    from pymemcache.client.hash import HashClient
+
+    servers = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in cache.servers)]
+    reference = HashClient(servers)
+    for i in range(200):
+        key = f"tf:fl:user{i}:abcd:{i % 7}"
+        node = reference.hasher.get_node(key)
+        assert cache.server_for(key.encode()) == node
