@@ -35,7 +35,12 @@ class CappedListStore(TokenLists):
     ) -> list[ListRef]:
         found = self.cache.gets_many([self.index_key(r) for r in refs])
         missing = [ref for ref in refs if self.index_key(ref) not in found]
-        again = [ref for ref, built in self.rebuild_many(missing).items() if built is None]
+        again = []
+        for ref, built in self.rebuild_many(missing).items():
+            if built is None:
+                again.append(ref)
+            else:
+                result[ref] = built
         broken = []
         for ref in refs:
             if (item := found.get(self.index_key(ref))) is None:

@@ -134,6 +134,7 @@ class TokenLists(abc.ABC):
         self.settings = settings or ListSettings()
         self.stats = ListStats()
         self._rng = rng or random.Random()
+        self._skipped: set[ListRef] = set()  # lists the current write skipped
 
     def index_key(self, ref: ListRef) -> bytes:
         if not is_valid_id(ref.user):
@@ -182,7 +183,8 @@ class TokenLists(abc.ABC):
         return self.read_many([ref])[ref]
 
     def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
-        """Index multi-GET, then one multi-GET (with CAS ids) of every shard of every list."""
+        """Every list in one pass per round (multi-GETs with CAS ids, so that a dirty list is
+        compacted without another read); absent lists are built from the source."""
         result: dict[ListRef, frozenset[str]] = {}
         todo = list(dict.fromkeys(refs))
         for _ in range(MAX_WRITE_ATTEMPTS):
@@ -206,6 +208,7 @@ class TokenLists(abc.ABC):
         follower: it is encoded once). Sharded lists: one index GET, one INCR and one APPEND
         round trip per server in the normal case; capped lists: one APPEND."""
         pending = [_Pending(ref, data) for ref, data in tokens.items() if data]
+        self._skipped = set()
         for attempt in range(MAX_WRITE_ATTEMPTS):
             if not pending:
                 break
@@ -216,7 +219,10 @@ class TokenLists(abc.ABC):
             raise ListWriteError(f"could not append to {len(pending)} lists after retries")
         if self.settings.compact_write_prob > 0:
             chosen = [
-                ref for ref in tokens if self._rng.random() < self.settings.compact_write_prob
+                ref
+                for ref in tokens
+                if ref not in self._skipped
+                and self._rng.random() < self.settings.compact_write_prob
             ]
             if chosen:
                 self.read_many(chosen)  # a read compacts the lists that are dirty
@@ -244,6 +250,7 @@ class TokenLists(abc.ABC):
                 again.append(item)
             else:
                 self.stats.skipped_absent += 1
+                self._skipped.add(item.ref)  # and not compacted either: that would build it
         return again
 
     @abc.abstractmethod

@@ -246,7 +246,7 @@ def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: st
 def test_writes_skip_absent_lists_and_readers_build_them(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
-    settings = ListSettings(namespace=unique, compact_write_prob=0)
+    settings = ListSettings(namespace=unique, compact_write_prob=1.0)  # would read: must not
     lazy = ListStore(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     lazy.apply({STAR: [(True, "a")]})
@@ -286,3 +286,51 @@ def test_a_skipped_write_waits_for_a_rebuild_in_progress(
 
 def lists_key_absent(lists: ListStore) -> bool:
     return lists.index_key(STAR) not in lists.cache.get_many([lists.index_key(STAR)])
+
+
+def test_capped_lists_live_in_one_item_and_keep_the_newest(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    from graph.capped_lists import CappedListStore
+
+    class Nothing:
+        def all_members(self, ref: ListRef) -> list[str]:
+            return []
+
+    capped = CappedListStore(
+        cache,
+        Nothing(),
+        ListSettings(namespace=unique, max_members=5, dirty_min=1, compact_write_prob=0),
+    )
+    ref = ListRef(ListKind.TIMELINE, "reader")
+    assert capped.read(ref) == frozenset()  # built (empty) by its reader
+    capped.apply({ref: [(True, f"{i:03d}") for i in range(12)]})
+    assert capped.stats.appends == 1  # one APPEND, no index
+    assert capped.read(ref) == {f"{i:03d}" for i in range(12)}  # compacts as it reads
+    assert capped.read(ref) == {f"{i:03d}" for i in range(7, 12)}  # the newest five
+    assert cache.get_many([capped.index_key(ref)])[capped.index_key(ref)].count(b"+") == 5
+
+
+def test_a_capped_list_too_big_for_an_item_is_trimmed_then_appended(
+    cache: MemcacheCluster, unique: str
+) -> None:
+    from graph.capped_lists import CappedListStore
+
+    class Nothing:
+        def all_members(self, ref: ListRef) -> list[str]:
+            return []
+
+    capped = CappedListStore(
+        cache,
+        Nothing(),
+        ListSettings(namespace=unique, max_members=3, dirty_min=10**9, compact_write_prob=0),
+    )
+    ref = ListRef(ListKind.TIMELINE, "reader")
+    capped.read(ref)
+    member = "m" * 60
+    for batch in range(20):  # ~1.3 MB in all: past memcached's item limit
+        capped.apply({ref: [(True, f"{batch:02d}{i:05d}{member}") for i in range(1000)]})
+    assert capped.stats.compactions >= 1  # trimmed to 3 when an APPEND would not fit
+    members = capped.read(ref)  # reads are not trimmed (readers cap), compaction is
+    assert {f"19{i:05d}{member}" for i in range(997, 1000)} <= members
+    assert len(members) < 20_000 - 1000
