@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import mmh3
 from pymemcache.client.base import Client
 from pymemcache.client.rendezvous import RendezvousHash
 from pymemcache.exceptions import MemcacheError
 
-K = TypeVar("K")
+PIPELINE = 2000
 
 
 class CacheUnavailable(RuntimeError):
@@ -60,11 +60,18 @@ class MemcacheCluster:
         node: str = self._ring.get_node(key.decode("ascii"))
         return node
 
-    def _by_server(self, keys: Iterable[bytes]) -> dict[str, list[bytes]]:
+    def _by_server(self, keys: Iterable[bytes]) -> list[tuple[str, list[bytes]]]:
+        """Keys grouped by server, in pipelines of at most PIPELINE commands: memcached stops
+        reading a connection whose replies are not being read, so one huge write would
+        deadlock against its own replies."""
         grouped: dict[str, list[bytes]] = defaultdict(list)
         for key in keys:
             grouped[self.server_for(key)].append(key)
-        return grouped
+        return [
+            (server, group[i : i + PIPELINE])
+            for server, group in grouped.items()
+            for i in range(0, len(group), PIPELINE)
+        ]
 
     def _call(self, server: str, method: str, *args: Any) -> Any:
         client = self._clients[server]
@@ -76,14 +83,14 @@ class MemcacheCluster:
 
     def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         found: dict[bytes, bytes] = {}
-        for server, group in self._by_server(keys).items():
+        for server, group in self._by_server(keys):
             found.update(self._call(server, "get_many", group))
         return found
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, tuple[bytes, bytes]]:
         """Values with their CAS ids, for reads that may turn into a compaction."""
         found: dict[bytes, tuple[bytes, bytes]] = {}
-        for server, group in self._by_server(keys).items():
+        for server, group in self._by_server(keys):
             found.update(self._call(server, "gets_many", group))
         return found
 
@@ -91,7 +98,7 @@ class MemcacheCluster:
         self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0
     ) -> dict[bytes, bool]:
         stored: dict[bytes, bool] = {}
-        for server, group in self._by_server(values).items():
+        for server, group in self._by_server(values):
             batch = {k: values[k] for k in group}
             stored.update(self._call(server, "_store_cmd", command, batch, expire, False))
         return stored
@@ -114,7 +121,7 @@ class MemcacheCluster:
 
     def _misc(self, command: bytes, lines: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
         replies: dict[bytes, bytes] = {}
-        for server, group in self._by_server(lines).items():
+        for server, group in self._by_server(lines):
             cmds = [command + b" " + key + lines[key] + b"\r\n" for key in group]
             answers = self._call(server, "_misc_cmd", cmds, command, False)
             replies.update(zip(group, answers, strict=True))
@@ -131,7 +138,7 @@ class MemcacheCluster:
         return {k: v == b"TOUCHED" for k, v in replies.items()}
 
     def delete_many(self, keys: Iterable[bytes]) -> None:
-        for server, group in self._by_server(keys).items():
+        for server, group in self._by_server(keys):
             self._call(server, "delete_many", group)
 
     def flush_all(self) -> None:

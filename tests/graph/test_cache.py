@@ -64,3 +64,13 @@ def test_placement_is_the_same_as_hashclients(cache: MemcacheCluster) -> None:
         key = f"tf:fl:user{i}:abcd:{i % 7}"
         node = reference.hasher.get_node(key)
         assert cache.server_for(key.encode()) == node
+
+
+def test_batches_larger_than_one_pipeline(cache: MemcacheCluster) -> None:
+    from graph.cache import PIPELINE
+
+    keys = [b"big%d" % i for i in range(3 * PIPELINE + 7)]
+    assert all(cache.add_many(dict.fromkeys(keys, b"+a ")).values())
+    assert all(cache.append_many(dict.fromkeys(keys, b"+b " * 500)).values())  # ~12 MB
+    assert len(cache.get_many(keys)) == len(keys)
+    assert set(cache.incr_many(dict.fromkeys(keys, 1)).values()) == {None}
