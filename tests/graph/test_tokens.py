@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph.tokens import CorruptList, UnsafeMember, compact_shards, decode, encode, token
+from graph.tokens import (
+    CorruptList,
+    UnsafeMember,
+    _replay,
+    compact_shards,
+    decode,
+    encode,
+    token,
+)
 
 members = st.sampled_from(["a", "b", "c", "a-b", "-", "x.y", "u:1", "q@r"])
 ops = st.lists(st.tuples(st.booleans(), members), max_size=60)
@@ -104,3 +112,16 @@ def test_capped_compaction_keeps_the_greatest_members(
 def test_a_member_that_could_carry_a_delimiter_is_refused(evil: str) -> None:
     with pytest.raises(UnsafeMember):
         token(True, evil)
+
+
+@given(
+    st.lists(st.tuples(st.just(True), members), max_size=60),
+    st.lists(st.integers(min_value=0, max_value=100), max_size=5),
+)
+def test_the_add_only_fast_path_agrees_with_replaying(
+    sequence: list[tuple[bool, str]], cuts: list[int]
+) -> None:
+    shards = split_into_shards(encode(sequence), cuts)
+    fast = decode(shards)
+    assert fast == _replay(b" ".join(shards).split())
+    assert fast.members == model(sequence)
