@@ -11,6 +11,7 @@ import pytest
 from fanout.stack import free_port
 from graph import CacheUnavailable, EdgeChange, ListKind, ListRef, ListSettings, ListStore
 from graph.cache import MemcacheCluster
+from graph.capped_lists import CappedListStore
 from graph.lists import Index
 from graph.sqlite_edges import SqliteEdgeStore
 from tests.graph.contention import STAR, contend, write
@@ -288,20 +289,26 @@ def lists_key_absent(lists: ListStore) -> bool:
     return lists.index_key(STAR) not in lists.cache.get_many([lists.index_key(STAR)])
 
 
+class Nothing:
+    """A source with no members: rebuilt lists start empty."""
+
+    def all_members(self, ref: ListRef) -> list[str]:
+        return []
+
+
+def empty_capped_lists(
+    cache: MemcacheCluster, namespace: str, max_members: int, dirty_min: int
+) -> CappedListStore:
+    settings = ListSettings(
+        namespace=namespace, max_members=max_members, dirty_min=dirty_min, compact_write_prob=0
+    )
+    return CappedListStore(cache, Nothing(), settings)
+
+
 def test_capped_lists_live_in_one_item_and_keep_the_newest(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
-    from graph.capped_lists import CappedListStore
-
-    class Nothing:
-        def all_members(self, ref: ListRef) -> list[str]:
-            return []
-
-    capped = CappedListStore(
-        cache,
-        Nothing(),
-        ListSettings(namespace=unique, max_members=5, dirty_min=1, compact_write_prob=0),
-    )
+    capped = empty_capped_lists(cache, unique, max_members=5, dirty_min=1)
     ref = ListRef(ListKind.TIMELINE, "reader")
     assert capped.read(ref) == frozenset()  # built (empty) by its reader
     capped.apply({ref: [(True, f"{i:03d}") for i in range(12)]})
@@ -314,17 +321,7 @@ def test_capped_lists_live_in_one_item_and_keep_the_newest(
 def test_a_capped_list_too_big_for_an_item_is_trimmed_then_appended(
     cache: MemcacheCluster, unique: str
 ) -> None:
-    from graph.capped_lists import CappedListStore
-
-    class Nothing:
-        def all_members(self, ref: ListRef) -> list[str]:
-            return []
-
-    capped = CappedListStore(
-        cache,
-        Nothing(),
-        ListSettings(namespace=unique, max_members=3, dirty_min=10**9, compact_write_prob=0),
-    )
+    capped = empty_capped_lists(cache, unique, max_members=3, dirty_min=10**9)
     ref = ListRef(ListKind.TIMELINE, "reader")
     capped.read(ref)
     member = "m" * 60
