@@ -118,21 +118,18 @@ def resolve(
     try:
         partitions = probe.partitions()
         ends = {p: probe.end(p) for p in partitions}
-        match start:
-            case FromBeginning():
-                return [PartitionStart(p, 0, ends[p]) for p in partitions]
-            case FromOffsets(offsets):
-                return [PartitionStart(p, offsets.get(p, 0), ends[p]) for p in partitions]
-            case FromTime(ms):
-                answers = probe.by_time(partitions, ms)
-                result = []
-                for p in partitions:
-                    candidate = answers.get(p, -1)
-                    if _verified(probe, p, candidate, ms):
-                        result.append(PartitionStart(p, candidate, ends[p]))
-                    else:
-                        result.append(PartitionStart(p, probe.scan(p, 0, ms), ends[p], True))
-                return result
+        if isinstance(start, FromBeginning):
+            return [PartitionStart(p, 0, ends[p]) for p in partitions]
+        if isinstance(start, FromOffsets):
+            return [PartitionStart(p, start.offsets.get(p, 0), ends[p]) for p in partitions]
+        answers = probe.by_time(partitions, start.ms)
+        result = []
+        for p in partitions:
+            candidate = answers.get(p, -1)
+            if _verified(probe, p, candidate, start.ms):
+                result.append(PartitionStart(p, candidate, ends[p]))
+            else:
+                result.append(PartitionStart(p, probe.scan(p, 0, start.ms), ends[p], True))
+        return result
     finally:
         probe.close()
-    raise AssertionError(start)  # pragma: no cover - the match is exhaustive
