@@ -380,18 +380,6 @@ class ListStore(TokenLists):
         self.stats.compactions += 1
         return True
 
-    def compact(self, ref: ListRef) -> bool:
-        """Compact now regardless of dirtiness; False when a concurrent write won."""
-        raw = self.cache.get_many([self.index_key(ref)]).get(self.index_key(ref))
-        if raw is None:
-            return False
-        idx = Index.parse(raw)
-        keys = [self.shard_key(ref, idx.gen, n) for n in idx.shards]
-        shards = self.cache.gets_many(keys)
-        if any(k not in shards for k in keys):
-            return False
-        return self._compact(keys, [shards[k] for k in keys])
-
     # -- writes ------------------------------------------------------------------------------
 
     def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
