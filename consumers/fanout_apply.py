@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from consumers.positions import OFFSET_BITS, Positioned
@@ -74,22 +74,22 @@ class FanoutApplier:
             self.store.store_posts(posts)
         deliveries: dict[ListRef, bytes] = defaultdict(bytes)
         delivered_posts: list[int] = []
+        celebrities: set[str] = set()
         for post, followers in self._followers(posts):
-            entry = token(True, TimelineEntry.of(post).member)
             if len(followers) > self.celebrity_threshold:
-                self.store.add_celebrities([post.author])
+                celebrities.add(post.author)
                 self.stats.celebrity_posts += 1
             elif len(followers) > self.chunk_size:
                 self._publish_chunks(post, sorted(followers))
             else:
-                for follower in followers:
-                    deliveries[ListRef(ListKind.TIMELINE, follower)] += entry
+                _deliver(deliveries, TimelineEntry.of(post), followers)
                 delivered_posts.append(post.ts)
         for task in chunks:
-            entry = token(True, TimelineEntry(task.post_ts, task.author, task.post_id).member)
-            for follower in task.followers:
-                deliveries[ListRef(ListKind.TIMELINE, follower)] += entry
+            entry = TimelineEntry(task.post_ts, task.author, task.post_id)
+            _deliver(deliveries, entry, task.followers)
             delivered_posts.append(task.post_ts)
+        if celebrities:  # durable before the commit: readers merge their posts from now on
+            self.store.add_celebrities(celebrities)
         self._confirm_chunks()
         self.timelines.append_tokens(deliveries)
         self._account(posts, deliveries, delivered_posts)
@@ -128,3 +128,12 @@ class FanoutApplier:
         self.stats.posts += len(posts)
         self.stats.deliveries += sum(data.count(b" ") for data in deliveries.values())
         self.stats.latencies_ms.extend(now_ms - ts for ts in delivered_posts)
+
+
+def _deliver(
+    deliveries: dict[ListRef, bytes], entry: TimelineEntry, followers: Iterable[str]
+) -> None:
+    """Queue one post for many timelines; its token is encoded once."""
+    data = token(True, entry.member)
+    for follower in followers:
+        deliveries[ListRef(ListKind.TIMELINE, follower)] += data

@@ -66,7 +66,7 @@ class CappedListStore(TokenLists):
         return False
 
     def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
-        by_key = {self.index_key(p.ref): p for p in pending}
+        by_key = {p.key: p for p in pending}
         stored = self.cache.append_many({k: p.tokens for k, p in by_key.items()})
         failed = [k for k, ok in stored.items() if not ok]
         self.stats.appends += len(stored) - len(failed)

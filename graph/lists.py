@@ -108,6 +108,7 @@ class Index:
 @dataclass(slots=True)
 class _Pending:
     ref: ListRef
+    key: bytes  # the list's key, validated once: write rounds look it up many times
     tokens: bytes
 
 
@@ -207,7 +208,7 @@ class TokenLists(abc.ABC):
         """``apply`` for tokens already encoded (a fan-out appends one post's token to every
         follower: it is encoded once). Sharded lists: one index GET, one INCR and one APPEND
         round trip per server in the normal case; capped lists: one APPEND."""
-        pending = [_Pending(ref, data) for ref, data in tokens.items() if data]
+        pending = [_Pending(ref, self.index_key(ref), data) for ref, data in tokens.items() if data]
         self._skipped = set()
         for attempt in range(MAX_WRITE_ATTEMPTS):
             if not pending:
@@ -237,16 +238,16 @@ class TokenLists(abc.ABC):
         rebuild may have just finished); if it is still absent, skipping is safe."""
         if not absent:
             return []
-        leases = self.cache.get_many([self.index_key(p.ref) + b":rb" for p in absent])
+        leases = self.cache.get_many([p.key + b":rb" for p in absent])
         again = []
         for item in absent:
-            if self.index_key(item.ref) + b":rb" in leases:
+            if item.key + b":rb" in leases:
                 self._await_index(item.ref)
                 again.append(item)
-        unleased = [p for p in absent if self.index_key(p.ref) + b":rb" not in leases]
-        appeared = self.cache.get_many([self.index_key(p.ref) for p in unleased])
+        unleased = [p for p in absent if p.key + b":rb" not in leases]
+        appeared = self.cache.get_many([p.key for p in unleased])
         for item in unleased:
-            if self.index_key(item.ref) in appeared:
+            if item.key in appeared:
                 again.append(item)
             else:
                 self.stats.skipped_absent += 1
@@ -385,11 +386,11 @@ class ListStore(TokenLists):
     def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
         again: list[_Pending] = []
         broken: list[ListRef] = []
-        raw_indexes = self.cache.get_many([self.index_key(p.ref) for p in pending])
+        raw_indexes = self.cache.get_many([p.key for p in pending])
         located: list[tuple[_Pending, Index, bytes]] = []
         absent: list[_Pending] = []
         for item in pending:
-            raw = raw_indexes.get(self.index_key(item.ref))
+            raw = raw_indexes.get(item.key)
             if raw is None:
                 absent.append(item)
                 continue
@@ -456,11 +457,11 @@ class ListStore(TokenLists):
         again: list[_Pending] = []
         entries = {}
         for item, idx in rollovers:
-            entries[self.index_key(item.ref)] = b"+%d " % (idx.shards[-1] + 1)
+            entries[item.key] = b"+%d " % (idx.shards[-1] + 1)
         indexed = self.cache.append_many(entries)
         new_shards: dict[bytes, _Pending] = {}
         for item, idx in rollovers:
-            if not indexed[self.index_key(item.ref)]:
+            if not indexed[item.key]:
                 again.append(item)  # index gone: the next round rebuilds
                 continue
             new_shards[self.shard_key(item.ref, idx.gen, idx.shards[-1] + 1)] = item
