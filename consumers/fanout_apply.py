@@ -15,14 +15,14 @@ pipelined round trip per memcached server. Three paths by follower count:
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from consumers.positions import OFFSET_BITS, Positioned
 from graph import EdgeStore, ListKind, ListRef, ListStore
+from graph.capped_lists import CappedListStore
 from graph.edges import PostRecord
-from graph.lists import TokenLists
 from graph.timelines import TimelineEntry
 from graph.tokens import token
 from producers import EventPublisher, PublishError
@@ -47,7 +47,7 @@ class FanoutApplier:
         self,
         store: EdgeStore,
         follow_lists: ListStore,
-        timelines: TokenLists,
+        timelines: CappedListStore,
         tasks: EventPublisher,
         chunk_size: int,
         celebrity_threshold: int,
@@ -72,7 +72,7 @@ class FanoutApplier:
                 chunks.append(event)
         if posts:
             self.store.store_posts(posts)
-        deliveries: dict[ListRef, bytes] = defaultdict(bytes)
+        deliveries: list[tuple[bytes, Sequence[str]]] = []
         delivered_posts: list[int] = []
         celebrities: set[str] = set()
         for post, followers in self._followers(posts):
@@ -80,18 +80,18 @@ class FanoutApplier:
                 celebrities.add(post.author)
                 self.stats.celebrity_posts += 1
             elif len(followers) > self.chunk_size:
-                self._publish_chunks(post, sorted(followers))
+                self._publish_chunks(post, list(followers))
             else:
-                _deliver(deliveries, TimelineEntry.of(post), followers)
+                deliveries.append((token(True, TimelineEntry.of(post).member), list(followers)))
                 delivered_posts.append(post.ts)
         for task in chunks:
             entry = TimelineEntry(task.post_ts, task.author, task.post_id)
-            _deliver(deliveries, entry, task.followers)
+            deliveries.append((token(True, entry.member), task.followers))
             delivered_posts.append(task.post_ts)
         if celebrities:  # durable before the commit: readers merge their posts from now on
             self.store.add_celebrities(celebrities)
         self._confirm_chunks()
-        self.timelines.append_tokens(deliveries)
+        self.timelines.deliver(deliveries)
         self._account(posts, deliveries, delivered_posts)
 
     def _followers(self, posts: list[PostRecord]) -> list[tuple[PostRecord, frozenset[str]]]:
@@ -121,19 +121,10 @@ class FanoutApplier:
     def _account(
         self,
         posts: list[PostRecord],
-        deliveries: dict[ListRef, bytes],
+        deliveries: list[tuple[bytes, Sequence[str]]],
         delivered_posts: list[int],
     ) -> None:
         now_ms = time.time_ns() // 1_000_000
         self.stats.posts += len(posts)
-        self.stats.deliveries += sum(data.count(b" ") for data in deliveries.values())
+        self.stats.deliveries += sum(len(followers) for _, followers in deliveries)
         self.stats.latencies_ms.extend(now_ms - ts for ts in delivered_posts)
-
-
-def _deliver(
-    deliveries: dict[ListRef, bytes], entry: TimelineEntry, followers: Iterable[str]
-) -> None:
-    """Queue one post for many timelines; its token is encoded once."""
-    data = token(True, entry.member)
-    for follower in followers:
-        deliveries[ListRef(ListKind.TIMELINE, follower)] += data

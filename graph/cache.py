@@ -1,4 +1,4 @@
-"""Pipelined memcached access over several servers with typed results.
+"""Memcached over several servers, batched and pipelined, with typed results.
 
 Why not ``HashClient``: it defaults to noreply (so ``add``/``append`` report success for writes
 that stored nothing), and on failures it drops a server from the ring, silently remapping its keys
@@ -6,42 +6,69 @@ to another server and back again later, which resurrects stale lists. Here keys 
 same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a server that does
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
-Batches are pipelined per server: all commands for one server go out in one write and their
-replies are read back in order (pymemcache's ``_store_cmd``/``_misc_cmd`` do exactly this).
+Store commands and INCR/TOUCH go through ``ServerPipe`` (one write per pipeline, every server's
+pipeline sent before any reply is read); reads, CAS and deletes through pymemcache's clients.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import mmh3
 from pymemcache.client.base import Client
-from pymemcache.client.rendezvous import RendezvousHash
 from pymemcache.exceptions import MemcacheError
 
+from graph.memcache_pipe import (
+    CacheUnavailable,
+    ServerPipe,
+    line_pipeline,
+    same_value_pipeline,
+    store_pipeline,
+)
+
+__all__ = ["PIPELINE", "CacheUnavailable", "MemcacheCluster", "RendezvousRing"]
+
+# memcached stops reading a connection whose replies are not being read, so one huge write
+# would deadlock against its own replies: pipelines are cut at this many commands.
 PIPELINE = 2000
 
 
-class CacheUnavailable(RuntimeError):
-    """A memcached server did not answer; nothing about the keys on it is known."""
+class RendezvousRing:
+    """``HashClient``'s placement (pymemcache's ``RendezvousHash`` with murmur3 seed 0: a key
+    goes to the node with the greatest ``murmur3(f"{node}-{key}")``, a tie to the greater node
+    name), computed for a whole batch of keys at once with mmh3's C murmur3."""
 
+    def __init__(self, nodes: Sequence[str]) -> None:
+        self.nodes = sorted(nodes)  # rank = position: a tie goes to the higher rank
+        self._prefixes = [node.encode("ascii") + b"-" for node in self.nodes]
 
-def _murmur3(key: str, seed: int) -> int:
-    """The hash HashClient's rendezvous ring uses (pymemcache's pure-Python murmur3_32), from
-    mmh3's C implementation: the same placement, seventy times faster on the hot path."""
-    value: int = mmh3.hash(key, seed, signed=False)
-    return value
+    def owners(self, keys: Sequence[bytes]) -> list[int]:
+        """The index in ``nodes`` of each key's server."""
+        count = len(self.nodes)
+        if count == 1:
+            return [0] * len(keys)
+        hash_ = mmh3.hash
+        scores = [
+            [hash_(prefix + key, 0, False) * count + rank for key in keys]
+            for rank, prefix in enumerate(self._prefixes)
+        ]
+        return [best % count for best in map(max, *scores)]
+
+    def group(self, keys: Sequence[bytes]) -> list[list[int]]:
+        """Positions in ``keys`` per node."""
+        groups: list[list[int]] = [[] for _ in self.nodes]
+        for position, owner in enumerate(self.owners(keys)):
+            groups[owner].append(position)
+        return groups
 
 
 class MemcacheCluster:
     def __init__(self, servers: Iterable[tuple[str, int]], timeout: float = 2.0) -> None:
-        self._ring = RendezvousHash(hash_function=_murmur3)
         self._clients: dict[str, Client] = {}
+        self._pipes: dict[str, ServerPipe] = {}
         for host, port in servers:
             name = f"{host}:{port}"
-            self._ring.add_node(name)
             self._clients[name] = Client(
                 (host, port),
                 connect_timeout=timeout,
@@ -49,29 +76,44 @@ class MemcacheCluster:
                 default_noreply=False,
                 no_delay=True,
             )
+            self._pipes[name] = ServerPipe(host, port, timeout)
         if not self._clients:
             raise ValueError("no memcached servers configured")
+        self._ring = RendezvousRing(list(self._clients))
 
     @property
     def servers(self) -> list[str]:
         return list(self._clients)
 
     def server_for(self, key: bytes) -> str:
-        node: str = self._ring.get_node(key.decode("ascii"))
-        return node
+        return self._ring.nodes[self._ring.owners([key])[0]]
 
     def _by_server(self, keys: Iterable[bytes]) -> list[tuple[str, list[bytes]]]:
-        """Keys grouped by server, in pipelines of at most PIPELINE commands: memcached stops
-        reading a connection whose replies are not being read, so one huge write would
-        deadlock against its own replies."""
-        grouped: dict[str, list[bytes]] = defaultdict(list)
-        for key in keys:
-            grouped[self.server_for(key)].append(key)
+        """Keys grouped by server, at most PIPELINE per group."""
+        keys = list(keys)
         return [
-            (server, group[i : i + PIPELINE])
-            for server, group in grouped.items()
-            for i in range(0, len(group), PIPELINE)
+            (self._ring.nodes[node], [keys[p] for p in positions[i : i + PIPELINE]])
+            for node, positions in enumerate(self._ring.group(keys))
+            for i in range(0, len(positions), PIPELINE)
         ]
+
+    def _pipelined(
+        self, keys: Sequence[bytes], build: Callable[[list[int]], bytes]
+    ) -> list[tuple[ServerPipe, list[int], bytes]]:
+        """Send ``build(positions)`` for groups of keys, one pipeline per server in flight;
+        return each group's positions in ``keys`` with its raw replies."""
+        queues = [
+            [positions[i : i + PIPELINE] for i in range(0, len(positions), PIPELINE)]
+            for positions in self._ring.group(keys)
+        ]
+        pipes = [self._pipes[node] for node in self._ring.nodes]
+        done: list[tuple[ServerPipe, list[int], bytes]] = []
+        for round_ in range(max(map(len, queues), default=0)):
+            sent = [(pipes[n], q[round_]) for n, q in enumerate(queues) if round_ < len(q)]
+            for pipe, positions in sent:
+                pipe.send(build(positions))
+            done += [(pipe, positions, pipe.receive(len(positions))) for pipe, positions in sent]
+        return done
 
     def _call(self, server: str, method: str, *args: Any) -> Any:
         client = self._clients[server]
@@ -97,10 +139,19 @@ class MemcacheCluster:
     def _store(
         self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0
     ) -> dict[bytes, bool]:
+        keys = list(values)
+        data = list(values.values())
+
+        def build(positions: list[int]) -> bytes:
+            return store_pipeline(
+                command, [keys[p] for p in positions], [data[p] for p in positions], expire
+            )
+
         stored: dict[bytes, bool] = {}
-        for server, group in self._by_server(values):
-            batch = {k: values[k] for k in group}
-            stored.update(self._call(server, "_store_cmd", command, batch, expire, False))
+        for pipe, positions, replies in self._pipelined(keys, build):
+            stored.update(
+                zip([keys[p] for p in positions], pipe.stored(replies, len(positions)), strict=True)
+            )
         return stored
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, bool]:
@@ -111,6 +162,19 @@ class MemcacheCluster:
         """False is NOT_STORED: the key is missing *or* the item would pass the size limit."""
         return self._store(b"append", values)
 
+    def append_to_all(self, keys: Sequence[bytes], value: bytes) -> list[bytes]:
+        """APPEND one value to many keys (one post to its followers' timelines): the keys
+        answered NOT_STORED, as in ``append_many``."""
+
+        def build(positions: list[int]) -> bytes:
+            return same_value_pipeline(b"append", [keys[p] for p in positions], value)
+
+        refused: list[bytes] = []
+        for pipe, positions, replies in self._pipelined(keys, build):
+            stored = pipe.stored(replies, len(positions))
+            refused += [keys[p] for p, ok in zip(positions, stored, strict=True) if not ok]
+        return refused
+
     def set_many(self, values: Mapping[bytes, bytes]) -> None:
         self._store(b"set", values)
 
@@ -119,22 +183,28 @@ class MemcacheCluster:
         result: bool | None = self._call(self.server_for(key), "cas", key, value, cas_id, 0, False)
         return result
 
-    def _misc(self, command: bytes, lines: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+    def _lines(self, command: bytes, args: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+        keys = list(args)
+        data = list(args.values())
+
+        def build(positions: list[int]) -> bytes:
+            return line_pipeline(
+                command, [keys[p] for p in positions], [data[p] for p in positions]
+            )
+
         replies: dict[bytes, bytes] = {}
-        for server, group in self._by_server(lines):
-            cmds = [command + b" " + key + lines[key] + b"\r\n" for key in group]
-            answers = self._call(server, "_misc_cmd", cmds, command, False)
-            replies.update(zip(group, answers, strict=True))
+        for pipe, positions, raw in self._pipelined(keys, build):
+            replies.update(zip([keys[p] for p in positions], pipe.reply_lines(raw), strict=True))
         return replies
 
     def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:
         """New values, None where the counter does not exist."""
-        replies = self._misc(b"incr", {k: b" %d" % d for k, d in deltas.items()})
+        replies = self._lines(b"incr", {k: b"%d" % d for k, d in deltas.items()})
         return {k: None if v == b"NOT_FOUND" else int(v) for k, v in replies.items()}
 
     def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
         """TOUCH with exptime 0 (ours never expire): tells a missing key without its value."""
-        replies = self._misc(b"touch", {k: b" 0" for k in keys})
+        replies = self._lines(b"touch", dict.fromkeys(keys, b"0"))
         return {k: v == b"TOUCHED" for k, v in replies.items()}
 
     def delete_many(self, keys: Iterable[bytes]) -> None:
@@ -148,3 +218,5 @@ class MemcacheCluster:
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
+        for pipe in self._pipes.values():
+            pipe.close()

@@ -14,11 +14,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from graph.lists import ListRef, TokenLists, _Pending
+from graph.lists import ListKind, ListRef, TokenLists, _Pending
 from graph.tokens import CorruptList, compact_shards, decode, encode
 
 
 class CappedListStore(TokenLists):
+    def deliver(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> None:
+        """Append each token to the timelines of its users (a post to its followers): the
+        hot path of a fan-out, one pipelined APPEND per timeline with the command stream built
+        per post, not per follower. Refused appends (timeline absent, or full) go through the
+        same retry rounds as ``append_tokens``."""
+        self._skipped = set()
+        refused: dict[bytes, _Pending] = {}
+        for data, users in posts:
+            keys = self.keys_for(ListKind.TIMELINE, users)
+            self.stats.appends += len(keys)
+            failed = self.cache.append_to_all(keys, data)
+            self.stats.appends -= len(failed)
+            user_of = dict(zip(keys, users, strict=True)) if failed else {}
+            for key in failed:
+                if key in refused:  # two posts to one absent timeline: one pending write
+                    refused[key].tokens += data
+                else:
+                    refused[key] = _Pending(ListRef(ListKind.TIMELINE, user_of[key]), key, data)
+        self._settle(list(refused.values()))
+        self._compact_written(
+            ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
+        )
+
     def _build_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
         members = {ref: sorted(self.source.all_members(ref)) for ref in refs}
         values = {self.index_key(ref): encode((True, m) for m in members[ref]) for ref in refs}

@@ -26,17 +26,18 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from graph.cache import MemcacheCluster
 from graph.tokens import CorruptList, DecodedList, compact_shards, decode, encode
-from schemas import is_valid_id
+from schemas import all_valid_ids, is_valid_id
 
 MAX_WRITE_ATTEMPTS = 8
 # A rebuild holds this lease (an ADDed marker item) so that a herd of readers and writers that
 # all find a list missing waits for one rebuild instead of each querying the store.
 REBUILD_LEASE_S = 10
 REBUILD_WAIT_S = 2.0
+T = TypeVar("T")
 
 
 class ListKind(enum.Enum):
@@ -138,9 +139,18 @@ class TokenLists(abc.ABC):
         self._skipped: set[ListRef] = set()  # lists the current write skipped
 
     def index_key(self, ref: ListRef) -> bytes:
-        if not is_valid_id(ref.user):
-            raise ValueError(f"invalid user id {ref.user!r}")
-        return f"{self.settings.namespace}:{ref.kind.value}:{ref.user}".encode("ascii")
+        return self.keys_for(ref.kind, [ref.user])[0]
+
+    def keys_for(self, kind: ListKind, users: Sequence[str]) -> list[bytes]:
+        """The lists' keys, built only from valid ids (a key is the other place user input
+        reaches memcached); for many users at C speed: one check, one join, one split."""
+        if not all_valid_ids(users):
+            bad = next(u for u in users if not is_valid_id(u))
+            raise ValueError(f"invalid user id {bad!r}")
+        if not users:
+            return []
+        prefix = f"{self.settings.namespace}:{kind.value}:"
+        return (prefix + (" " + prefix).join(users)).encode("ascii").split(b" ")
 
     def invalidate(self, refs: Iterable[ListRef]) -> None:
         """Drop lists so the next reader or writer rebuilds them from the store."""
@@ -205,28 +215,35 @@ class TokenLists(abc.ABC):
         self.append_tokens({ref: encode(ops) for ref, ops in changes.items() if ops})
 
     def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> None:
-        """``apply`` for tokens already encoded (a fan-out appends one post's token to every
-        follower: it is encoded once). Sharded lists: one index GET, one INCR and one APPEND
-        round trip per server in the normal case; capped lists: one APPEND."""
-        pending = [_Pending(ref, self.index_key(ref), data) for ref, data in tokens.items() if data]
+        """``apply`` for tokens already encoded. Sharded lists: one index GET, one INCR and one
+        APPEND round trip per server in the normal case; capped lists: one APPEND."""
         self._skipped = set()
+        self._settle(
+            [_Pending(ref, self.index_key(ref), data) for ref, data in tokens.items() if data]
+        )
+        self._compact_written(self._sample(list(tokens)))
+
+    def _settle(self, pending: list[_Pending]) -> None:
         for attempt in range(MAX_WRITE_ATTEMPTS):
             if not pending:
-                break
+                return
             if attempt:
                 self.stats.retries += 1
             pending = self._write_round(pending)
-        else:
-            raise ListWriteError(f"could not append to {len(pending)} lists after retries")
-        if self.settings.compact_write_prob > 0:
-            chosen = [
-                ref
-                for ref in tokens
-                if ref not in self._skipped
-                and self._rng.random() < self.settings.compact_write_prob
-            ]
-            if chosen:
-                self.read_many(chosen)  # a read compacts the lists that are dirty
+        raise ListWriteError(f"could not append to {len(pending)} lists after retries")
+
+    def _sample(self, written: Sequence[T]) -> list[T]:
+        """A random ``compact_write_prob`` share of what a write touched (rounded at random,
+        so small writes are sampled too)."""
+        share = self.settings.compact_write_prob * len(written)
+        return self._rng.sample(written, min(len(written), int(share + self._rng.random())))
+
+    def _compact_written(self, refs: Iterable[ListRef]) -> None:
+        """Read, and so compact if dirty, lists just written to; not those the write skipped:
+        they are not in the cache, and a read would build them."""
+        chosen = [ref for ref in refs if ref not in self._skipped]
+        if chosen:
+            self.read_many(chosen)
 
     def _skip_absent(self, absent: list[_Pending]) -> list[_Pending]:
         """A write never builds a list: one that is not in the cache is left alone, and its next

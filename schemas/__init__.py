@@ -10,7 +10,7 @@ from schemas.events import (
     UserRemoved,
     partition_key,
 )
-from schemas.ids import ID_RULE, is_valid_id
+from schemas.ids import ID_RULE, all_valid_ids, is_valid_id
 from schemas.topics import Topics
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Topics",
     "Unfollow",
     "UserRemoved",
+    "all_valid_ids",
     "decode_event",
     "encode_event",
     "is_valid_id",

@@ -9,6 +9,7 @@ impossible by construction rather than by escaping.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import StringConstraints, WithJsonSchema
@@ -17,6 +18,7 @@ ID_ALPHABET = "A-Za-z0-9_.:@-"
 ID_MAX_LEN = 64
 ID_RULE = f"1..{ID_MAX_LEN} characters from [{ID_ALPHABET}]"
 _ID_RE = re.compile(f"[{ID_ALPHABET}]{{1,{ID_MAX_LEN}}}")
+_IDS_RE = re.compile(f"[{ID_ALPHABET}]{{1,{ID_MAX_LEN}}}(?: [{ID_ALPHABET}]{{1,{ID_MAX_LEN}}})*")
 
 
 def charset(alphabet: str, max_len: int) -> StringConstraints:
@@ -41,3 +43,15 @@ Id = Annotated[
 def is_valid_id(value: object) -> bool:
     """Cheap check for code paths that take ids outside an event (CLI arguments, queries)."""
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+
+
+def all_valid_ids(values: Sequence[str]) -> bool:
+    """``is_valid_id`` for every value, in one regex match over the values joined by spaces (a
+    fan-out builds keys for thousands of followers at a time). The space count rules out a
+    value with a space in it passing as two ids."""
+    if not values:
+        return True
+    if not all(isinstance(v, str) for v in values):
+        return False
+    joined = " ".join(values)
+    return joined.count(" ") == len(values) - 1 and _IDS_RE.fullmatch(joined) is not None

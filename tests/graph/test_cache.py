@@ -75,3 +75,34 @@ def test_batches_larger_than_one_pipeline(cache: MemcacheCluster) -> None:
     assert len(cache.get_many(keys)) == len(keys)
     counters = [b"n%d" % i for i in range(len(keys))]
     assert set(cache.incr_many(dict.fromkeys(counters, 1)).values()) == {None}
+
+
+def test_one_value_appended_to_many_keys_reports_the_refused_ones(cache: MemcacheCluster) -> None:
+    keys = [b"many%d" % i for i in range(5000)]  # several pipelines per server
+    cache.add_many(dict.fromkeys(keys[::2], b"+a "))
+    assert sorted(cache.append_to_all(keys, b"+b ")) == sorted(keys[1::2])
+    values = cache.get_many(keys)
+    assert set(values) == set(keys[::2]) and set(values.values()) == {b"+a +b "}
+
+
+def test_an_error_reply_closes_the_connection_and_the_next_call_starts_clean(
+    cache: MemcacheCluster,
+) -> None:
+    with pytest.raises(CacheUnavailable, match=r"ERROR|replies"):
+        cache.append_to_all([b"k" * 300], b"+a ")  # longer than memcached's key limit
+    assert cache.add_many({b"after": b"1"}) == {b"after": True}
+    assert cache.incr_many({b"after": 2}) == {b"after": 3}
+
+
+def test_batch_placement_is_hashclients_for_any_number_of_servers() -> None:
+    from pymemcache.client.rendezvous import RendezvousHash
+
+    from graph.cache import RendezvousRing
+
+    for count in (1, 2, 3, 5):
+        nodes = [f"10.0.0.{i}:11211" for i in range(count)]
+        reference = RendezvousHash(nodes)  # pymemcache's own pure-Python murmur3
+        ring = RendezvousRing(nodes)
+        keys = [b"tf:tl:user%d" % i for i in range(300)]
+        owners = ring.owners(keys)
+        assert [ring.nodes[o] for o in owners] == [reference.get_node(k.decode()) for k in keys]

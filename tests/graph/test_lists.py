@@ -331,3 +331,31 @@ def test_a_capped_list_too_big_for_an_item_is_trimmed_then_appended(
     members = capped.read(ref)  # reads are not trimmed (readers cap), compaction is
     assert {f"19{i:05d}{member}" for i in range(997, 1000)} <= members
     assert len(members) < 20_000 - 1000
+
+
+def test_a_delivery_appends_to_present_timelines_and_skips_absent_ones(
+    cache: MemcacheCluster, unique: str
+) -> None:
+    capped = empty_capped_lists(cache, unique, max_members=10, dirty_min=10**9)
+    present = ["a", "x:y", "b.c@d"]  # ids may hold ':' and other key-safe punctuation
+    for user in present:
+        capped.read(ListRef(ListKind.TIMELINE, user))
+    capped.deliver([(b"+p1 ", [*present, "absent"]), (b"+p2 ", ["absent", "a", "gone"])])
+    assert capped.stats.appends == 4 and capped.stats.skipped_absent == 2
+    assert capped.read_many([ListRef(ListKind.TIMELINE, u) for u in present]) == {
+        ListRef(ListKind.TIMELINE, "a"): {"p1", "p2"},
+        ListRef(ListKind.TIMELINE, "x:y"): {"p1"},
+        ListRef(ListKind.TIMELINE, "b.c@d"): {"p1"},
+    }
+    absent = [capped.index_key(ListRef(ListKind.TIMELINE, u)) for u in ("absent", "gone")]
+    assert cache.get_many(absent) == {}  # a delivery never creates a timeline
+
+
+def test_a_delivery_refuses_an_invalid_follower_id_before_any_write(
+    cache: MemcacheCluster, unique: str
+) -> None:
+    capped = empty_capped_lists(cache, unique, max_members=10, dirty_min=10**9)
+    capped.read(ListRef(ListKind.TIMELINE, "a"))
+    with pytest.raises(ValueError, match="invalid user id"):
+        capped.deliver([(b"+p1 ", ["a", "b c"])])
+    assert capped.read(ListRef(ListKind.TIMELINE, "a")) == frozenset()

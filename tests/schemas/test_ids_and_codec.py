@@ -9,6 +9,7 @@ from schemas import (
     Follow,
     Post,
     UserRemoved,
+    all_valid_ids,
     decode_event,
     encode_event,
     is_valid_id,
@@ -139,3 +140,15 @@ def test_is_valid_id_agrees_with_event_validation(candidate: str) -> None:
     except EventDecodeError:
         accepted = False
     assert accepted == is_valid_id(candidate)
+
+
+@given(st.lists(st.sampled_from([*GOOD_IDS, *BAD_IDS]) | st.text(max_size=70), max_size=6))
+def test_bulk_id_check_agrees_with_the_single_one(candidates: list[str]) -> None:
+    assert all_valid_ids(candidates) == all(is_valid_id(c) for c in candidates)
+
+
+def test_bulk_id_check_does_not_read_a_space_as_a_separator() -> None:
+    assert all_valid_ids(["a", "b"])
+    assert not all_valid_ids(["a b"])
+    assert not all_valid_ids(["a", " b"])
+    assert not all_valid_ids(["a", ""])
