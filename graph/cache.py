@@ -12,8 +12,12 @@ pipeline sent before any reply is read); reads, CAS and deletes through pymemcac
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import add, eq, mod, mul, not_
+from typing import Any, TypeVar
 
 import mmh3
 from pymemcache.client.base import Client
@@ -32,12 +36,17 @@ __all__ = ["PIPELINE", "CacheUnavailable", "MemcacheCluster", "RendezvousRing"]
 # memcached stops reading a connection whose replies are not being read, so one huge write
 # would deadlock against its own replies: pipelines are cut at this many commands.
 PIPELINE = 2000
+# Pipelines sent to one server before its first replies are read: two keep the server busy
+# while the client reads and builds, and bound unread replies to a few tens of KB.
+WINDOW = 2
+T = TypeVar("T")
 
 
 class RendezvousRing:
     """``HashClient``'s placement (pymemcache's ``RendezvousHash`` with murmur3 seed 0: a key
     goes to the node with the greatest ``murmur3(f"{node}-{key}")``, a tie to the greater node
-    name), computed for a whole batch of keys at once with mmh3's C murmur3."""
+    name), for a whole batch of keys at once: mmh3's C murmur3 and C-level iteration, because a
+    fan-out places every follower's timeline key."""
 
     def __init__(self, nodes: Sequence[str]) -> None:
         self.nodes = sorted(nodes)  # rank = position: a tie goes to the higher rank
@@ -48,19 +57,36 @@ class RendezvousRing:
         count = len(self.nodes)
         if count == 1:
             return [0] * len(keys)
-        hash_ = mmh3.hash
-        scores = [
-            [hash_(prefix + key, 0, False) * count + rank for key in keys]
+        ranked = [  # score * count + rank: the max is the winner, ties included
+            map(
+                add,
+                map(mul, map(mmh3.mmh3_32_uintdigest, map(prefix.__add__, keys)), repeat(count)),
+                repeat(rank),
+            )
             for rank, prefix in enumerate(self._prefixes)
         ]
-        return [best % count for best in map(max, *scores)]
+        return list(map(mod, map(max, *ranked), repeat(count)))
 
-    def group(self, keys: Sequence[bytes]) -> list[list[int]]:
-        """Positions in ``keys`` per node."""
-        groups: list[list[int]] = [[] for _ in self.nodes]
-        for position, owner in enumerate(self.owners(keys)):
-            groups[owner].append(position)
-        return groups
+    def split(
+        self, keys: Sequence[bytes], *columns: Sequence[T]
+    ) -> list[tuple[list[bytes], list[list[T]]]]:
+        """Per node: its keys, and the items of each column aligned with them, in order."""
+        owners = self.owners(keys)
+        split = []
+        for node in range(len(self.nodes)):
+            mine = list(map(eq, owners, repeat(node)))
+            split.append((list(compress(keys, mine)), [list(compress(c, mine)) for c in columns]))
+        return split
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Commands for many keys: ``build(keys, *columns)`` makes one pipeline's bytes for a slice
+    of ``keys`` and of the columns aligned with them."""
+
+    build: Callable[..., bytes]
+    keys: Sequence[bytes]
+    columns: tuple[Sequence[Any], ...] = ()
 
 
 class MemcacheCluster:
@@ -89,30 +115,48 @@ class MemcacheCluster:
         return self._ring.nodes[self._ring.owners([key])[0]]
 
     def _by_server(self, keys: Iterable[bytes]) -> list[tuple[str, list[bytes]]]:
-        """Keys grouped by server, at most PIPELINE per group."""
-        keys = list(keys)
+        """Keys grouped by server, at most PIPELINE per group (pymemcache's multi-key calls)."""
         return [
-            (self._ring.nodes[node], [keys[p] for p in positions[i : i + PIPELINE]])
-            for node, positions in enumerate(self._ring.group(keys))
-            for i in range(0, len(positions), PIPELINE)
+            (node, mine[i : i + PIPELINE])
+            for node, (mine, _) in zip(self._ring.nodes, self._ring.split(list(keys)), strict=True)
+            for i in range(0, len(mine), PIPELINE)
         ]
 
-    def _pipelined(
-        self, keys: Sequence[bytes], build: Callable[[list[int]], bytes]
-    ) -> list[tuple[ServerPipe, list[int], bytes]]:
-        """Send ``build(positions)`` for groups of keys, one pipeline per server in flight;
-        return each group's positions in ``keys`` with its raw replies."""
-        queues = [
-            [positions[i : i + PIPELINE] for i in range(0, len(positions), PIPELINE)]
-            for positions in self._ring.group(keys)
-        ]
-        pipes = [self._pipes[node] for node in self._ring.nodes]
-        done: list[tuple[ServerPipe, list[int], bytes]] = []
-        for round_ in range(max(map(len, queues), default=0)):
-            sent = [(pipes[n], q[round_]) for n, q in enumerate(queues) if round_ < len(q)]
-            for pipe, positions in sent:
-                pipe.send(build(positions))
-            done += [(pipe, positions, pipe.receive(len(positions))) for pipe, positions in sent]
+    def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], bytes]]:
+        """Every job's commands, split by server, PIPELINE commands per write and WINDOW writes
+        unanswered per server, all servers at once: while one server's replies are read, the
+        servers work through what is queued, across jobs. Returns, per pipeline, its job's
+        index, server, keys and raw replies. A failure closes every connection with replies
+        still unread."""
+        queues: dict[str, deque[tuple[int, list[bytes], list[list[Any]]]]] = {
+            node: deque() for node in self._ring.nodes
+        }
+        for index, job in enumerate(jobs):
+            split = self._ring.split(job.keys, *job.columns)
+            for node, (mine, cols) in zip(self._ring.nodes, split, strict=True):
+                queues[node].extend(
+                    (index, mine[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
+                    for i in range(0, len(mine), PIPELINE)
+                )
+        flying: dict[str, deque[tuple[int, list[bytes]]]] = {node: deque() for node in queues}
+        done: list[tuple[int, ServerPipe, list[bytes], bytes]] = []
+        try:
+            while any(queues.values()) or any(flying.values()):
+                for node, queue in queues.items():
+                    while queue and len(flying[node]) < WINDOW:
+                        index, mine, cols = queue.popleft()
+                        self._pipes[node].send(jobs[index].build(mine, *cols))
+                        flying[node].append((index, mine))
+                for node, sent in flying.items():
+                    if sent:
+                        index, mine = sent.popleft()
+                        pipe = self._pipes[node]
+                        done.append((index, pipe, mine, pipe.receive(len(mine))))
+        except CacheUnavailable:
+            for node, sent in flying.items():
+                if sent:
+                    self._pipes[node].close()
+            raise
         return done
 
     def _call(self, server: str, method: str, *args: Any) -> Any:
@@ -139,19 +183,13 @@ class MemcacheCluster:
     def _store(
         self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0
     ) -> dict[bytes, bool]:
-        keys = list(values)
-        data = list(values.values())
+        def build(keys: list[bytes], data: list[bytes]) -> bytes:
+            return store_pipeline(command, keys, data, expire)
 
-        def build(positions: list[int]) -> bytes:
-            return store_pipeline(
-                command, [keys[p] for p in positions], [data[p] for p in positions], expire
-            )
-
+        job = _Job(build, list(values), (list(values.values()),))
         stored: dict[bytes, bool] = {}
-        for pipe, positions, replies in self._pipelined(keys, build):
-            stored.update(
-                zip([keys[p] for p in positions], pipe.stored(replies, len(positions)), strict=True)
-            )
+        for _, pipe, keys, replies in self._pipelined([job]):
+            stored.update(zip(keys, pipe.stored(replies, len(keys)), strict=True))
         return stored
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, bool]:
@@ -162,17 +200,21 @@ class MemcacheCluster:
         """False is NOT_STORED: the key is missing *or* the item would pass the size limit."""
         return self._store(b"append", values)
 
-    def append_to_all(self, keys: Sequence[bytes], value: bytes) -> list[bytes]:
-        """APPEND one value to many keys (one post to its followers' timelines): the keys
+    def append_to_each(
+        self, groups: Sequence[tuple[bytes, Sequence[bytes]]]
+    ) -> list[tuple[int, bytes]]:
+        """APPEND each group's value to every key of the group (a post to its followers'
+        timelines), all groups in one pipelined exchange: ``(group, key)`` for each append
         answered NOT_STORED, as in ``append_many``."""
 
-        def build(positions: list[int]) -> bytes:
-            return same_value_pipeline(b"append", [keys[p] for p in positions], value)
+        def building(value: bytes) -> Callable[[list[bytes]], bytes]:
+            return lambda mine: same_value_pipeline(b"append", mine, value)
 
-        refused: list[bytes] = []
-        for pipe, positions, replies in self._pipelined(keys, build):
-            stored = pipe.stored(replies, len(positions))
-            refused += [keys[p] for p, ok in zip(positions, stored, strict=True) if not ok]
+        jobs = [_Job(building(value), keys) for value, keys in groups]
+        refused: list[tuple[int, bytes]] = []
+        for index, pipe, mine, replies in self._pipelined(jobs):
+            stored = pipe.stored(replies, len(mine))
+            refused += zip(repeat(index), compress(mine, map(not_, stored)))
         return refused
 
     def set_many(self, values: Mapping[bytes, bytes]) -> None:
@@ -184,17 +226,14 @@ class MemcacheCluster:
         return result
 
     def _lines(self, command: bytes, args: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
-        keys = list(args)
-        data = list(args.values())
-
-        def build(positions: list[int]) -> bytes:
-            return line_pipeline(
-                command, [keys[p] for p in positions], [data[p] for p in positions]
-            )
+        def build(keys: list[bytes], data: list[bytes]) -> bytes:
+            return line_pipeline(command, keys, data)
 
         replies: dict[bytes, bytes] = {}
-        for pipe, positions, raw in self._pipelined(keys, build):
-            replies.update(zip([keys[p] for p in positions], pipe.reply_lines(raw), strict=True))
+        for _, pipe, keys, raw in self._pipelined(
+            [_Job(build, list(args), (list(args.values()),))]
+        ):
+            replies.update(zip(keys, pipe.reply_lines(raw), strict=True))
         return replies
 
     def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:

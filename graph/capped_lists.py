@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from graph.lists import ListKind, ListRef, TokenLists, _Pending
-from graph.tokens import CorruptList, compact_shards, decode, encode
+from graph.tokens import CorruptList, compact_shards, decode, encode_members
 
 
 class CappedListStore(TokenLists):
@@ -25,18 +25,21 @@ class CappedListStore(TokenLists):
         per post, not per follower. Refused appends (timeline absent, or full) go through the
         same retry rounds as ``append_tokens``."""
         self._skipped = set()
+        keys = [self.keys_for(ListKind.TIMELINE, users) for _, users in posts]
+        failed = self.cache.append_to_each(
+            [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
+        )
+        self.stats.appends += sum(map(len, keys)) - len(failed)
         refused: dict[bytes, _Pending] = {}
-        for data, users in posts:
-            keys = self.keys_for(ListKind.TIMELINE, users)
-            self.stats.appends += len(keys)
-            failed = self.cache.append_to_all(keys, data)
-            self.stats.appends -= len(failed)
-            user_of = dict(zip(keys, users, strict=True)) if failed else {}
-            for key in failed:
-                if key in refused:  # two posts to one absent timeline: one pending write
-                    refused[key].tokens += data
-                else:
-                    refused[key] = _Pending(ListRef(ListKind.TIMELINE, user_of[key]), key, data)
+        users_of: dict[int, dict[bytes, str]] = {}
+        for index, key in failed:
+            data, users = posts[index]
+            if key in refused:  # two posts to one absent timeline: one pending write
+                refused[key].tokens += data
+                continue
+            if index not in users_of:
+                users_of[index] = dict(zip(keys[index], users, strict=True))
+            refused[key] = _Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
         self._settle(list(refused.values()))
         self._compact_written(
             ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
@@ -44,7 +47,7 @@ class CappedListStore(TokenLists):
 
     def _build_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
         members = {ref: sorted(self.source.all_members(ref)) for ref in refs}
-        values = {self.index_key(ref): encode((True, m) for m in members[ref]) for ref in refs}
+        values = {self.index_key(ref): encode_members(members[ref]) for ref in refs}
         added = self.cache.add_many(values)
         result: dict[ListRef, frozenset[str] | None] = {}
         for ref in refs:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from graph.cache import MemcacheCluster
-from graph.tokens import CorruptList, DecodedList, compact_shards, decode, encode
+from graph.tokens import CorruptList, DecodedList, compact_shards, decode, encode, encode_members
 from schemas import all_valid_ids, is_valid_id
 
 MAX_WRITE_ATTEMPTS = 8
@@ -306,7 +306,7 @@ class ListStore(TokenLists):
         for ref in refs:
             members[ref] = sorted(self.source.all_members(ref))
             gen = secrets.token_hex(4)
-            chunks = self._chunk(encode((True, m) for m in members[ref]))
+            chunks = self._chunk(encode_members(members[ref]))
             shard_keys = [self.shard_key(ref, gen, i) for i in range(len(chunks))]
             shards[ref] = dict(zip(shard_keys, chunks, strict=True))
             shards[ref][self.counter_key(shard_keys[-1])] = b"%d" % len(chunks[-1])

@@ -24,14 +24,16 @@ class CacheUnavailable(RuntimeError):
 
 
 class ServerPipe:
-    """One server's connection for pipelines: ``send`` a pipeline, then ``receive`` its replies.
-    Several servers' pipelines are sent before any is read, so the servers work in parallel."""
+    """One server's connection for pipelines: ``send`` pipelines, then ``receive`` their
+    replies in the same order. Replies are read in whole lines, so a read that brings the start
+    of the next pipeline's replies keeps it for the next ``receive``."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self.name = f"{host}:{port}"
         self._address = (host, port)
         self._timeout = timeout
         self._sock: socket.socket | None = None
+        self._unread = b""
 
     def send(self, payload: bytes) -> None:
         try:
@@ -43,12 +45,11 @@ class ServerPipe:
             self._fail(str(exc))
 
     def receive(self, lines: int) -> bytes:
-        """The replies to the pipeline just sent: ``lines`` lines, ``\\r\\n`` included. One
-        pipeline per connection is in flight, so anything more is out of protocol."""
+        """The next ``lines`` reply lines, ``\\r\\n`` included."""
         if self._sock is None:
             self._fail("nothing was sent")
-        chunks = []
-        seen = 0
+        chunks = [self._unread]
+        seen = self._unread.count(b"\n")
         try:
             while seen < lines:
                 chunk = self._sock.recv(1 << 20)
@@ -58,14 +59,18 @@ class ServerPipe:
                 seen += chunk.count(b"\n")
         except OSError as exc:
             self._fail(str(exc))
-        if seen > lines:
-            self._fail(f"{seen} replies to {lines} commands")
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        if seen == lines:
+            self._unread = b""
+            return data
+        self._unread = data.split(b"\n", lines)[-1]  # the next pipeline's first replies
+        return data[: len(data) - len(self._unread)]
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
+        self._unread = b""
 
     def _fail(self, reason: str) -> NoReturn:
         self.close()

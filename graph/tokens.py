@@ -33,6 +33,25 @@ def encode(ops: Iterable[tuple[bool, str]]) -> bytes:
     return b"".join(token(add, member) for add, member in ops)
 
 
+def encode_members(members: Sequence[str]) -> bytes:
+    """A list holding exactly ``members`` (a rebuild writes a million at a time): ``encode`` of
+    additions, with the same guard applied to all members at once, at C speed."""
+    if not members:
+        return b""
+    joined = " ".join(members)
+    if not (
+        joined.isascii()
+        and joined.isprintable()
+        and joined.count(" ") == len(members) - 1
+        and "" not in members
+    ):
+        unsafe = next(
+            m for m in members if not (m and m.isascii() and m.isprintable() and " " not in m)
+        )
+        raise UnsafeMember(f"unsafe list member {unsafe[:70]!r}")
+    return ("+" + joined.replace(" ", " +") + " ").encode("ascii")
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedList:
     members: frozenset[str]

@@ -51,7 +51,8 @@ def all_valid_ids(values: Sequence[str]) -> bool:
     value with a space in it passing as two ids."""
     if not values:
         return True
-    if not all(isinstance(v, str) for v in values):
+    try:
+        joined = " ".join(values)
+    except TypeError:  # not all strings
         return False
-    joined = " ".join(values)
     return joined.count(" ") == len(values) - 1 and _IDS_RE.fullmatch(joined) is not None

@@ -80,16 +80,18 @@ def test_batches_larger_than_one_pipeline(cache: MemcacheCluster) -> None:
 def test_one_value_appended_to_many_keys_reports_the_refused_ones(cache: MemcacheCluster) -> None:
     keys = [b"many%d" % i for i in range(5000)]  # several pipelines per server
     cache.add_many(dict.fromkeys(keys[::2], b"+a "))
-    assert sorted(cache.append_to_all(keys, b"+b ")) == sorted(keys[1::2])
+    refused = cache.append_to_each([(b"+b ", keys), (b"+c ", keys[:10])])
+    assert sorted(refused) == sorted([(0, k) for k in keys[1::2]] + [(1, k) for k in keys[1:10:2]])
     values = cache.get_many(keys)
-    assert set(values) == set(keys[::2]) and set(values.values()) == {b"+a +b "}
+    assert set(values) == set(keys[::2])
+    assert values[keys[0]] == b"+a +b +c " and values[keys[-2]] == b"+a +b "
 
 
 def test_an_error_reply_closes_the_connection_and_the_next_call_starts_clean(
     cache: MemcacheCluster,
 ) -> None:
     with pytest.raises(CacheUnavailable, match=r"ERROR|replies"):
-        cache.append_to_all([b"k" * 300], b"+a ")  # longer than memcached's key limit
+        cache.append_to_each([(b"+a ", [b"k" * 300])])  # longer than memcached's key limit
     assert cache.add_many({b"after": b"1"}) == {b"after": True}
     assert cache.incr_many({b"after": 2}) == {b"after": 3}
 

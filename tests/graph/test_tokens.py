@@ -13,6 +13,7 @@ from graph.tokens import (
     compact_shards,
     decode,
     encode,
+    encode_members,
     token,
 )
 
@@ -125,3 +126,18 @@ def test_the_add_only_fast_path_agrees_with_replaying(
     fast = decode(shards)
     assert fast == _replay(b" ".join(shards).split())
     assert fast.members == model(sequence)
+
+
+@given(st.lists(members | st.text(max_size=8), max_size=20))
+def test_bulk_member_encoding_is_encode_of_additions_with_the_same_guard(
+    candidates: list[str],
+) -> None:
+    try:
+        expected: bytes | None = encode((True, m) for m in candidates)
+    except UnsafeMember:
+        expected = None
+    if expected is None:
+        with pytest.raises(UnsafeMember):
+            encode_members(candidates)
+    else:
+        assert encode_members(candidates) == expected
