@@ -82,12 +82,18 @@ class ConsumeLoop:
         self.stats = LoopStats()
 
     def run(self, until_idle: float | None = None) -> LoopStats:
-        while not self.stop.is_set():
-            messages = self.source.poll_batch(self.batch_size, self.poll_timeout)
-            if messages:
-                self._handle(messages)
-            elif until_idle is not None and self.source.idle_for() >= until_idle:
-                break
+        """Until stopped (or idle for ``until_idle`` seconds). A stop that arrives while a batch
+        is still failing ends the run without committing that batch: a clean exit, since the
+        batch is consumed again by whoever takes the partition next."""
+        try:
+            while not self.stop.is_set():
+                messages = self.source.poll_batch(self.batch_size, self.poll_timeout)
+                if messages:
+                    self._handle(messages)
+                elif until_idle is not None and self.source.idle_for() >= until_idle:
+                    break
+        except Stopped as exc:
+            log.warning("stopped while a batch was failing (%s); it was not committed", exc)
         return self.stats
 
     def _handle(self, messages: list[Any]) -> None:

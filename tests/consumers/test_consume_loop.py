@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -10,6 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from consumers import ConsumeLoop, DeadLetters, KafkaSource, Positioned
 from fanout.settings import Settings
+from graph import CacheUnavailable
 from producers import EventPublisher
 from schemas import Follow
 from tests.kafka_helpers import read_topic
@@ -78,3 +80,27 @@ def test_when_every_event_fails_the_loop_stops_without_committing(settings: Sett
     loop.source.close()
     assert committed_total(settings) == 0
     assert read_topic(settings.kafka, settings.topics.dlq, 1, timeout=2) == []
+
+
+class CacheDown(Recording):
+    def apply(self, batch: Sequence[Positioned]) -> None:
+        raise CacheUnavailable("memcached 127.0.0.1:1: connection refused")
+
+
+def test_a_stop_during_a_failing_batch_exits_cleanly_without_committing(
+    settings: Settings,
+) -> None:
+    publish(settings, ["a", "b"])
+    loop = loop_for(settings, CacheDown())
+
+    def terminate_while_retrying() -> None:  # a SIGTERM while the batch is being retried
+        deadline = time.monotonic() + 60
+        while loop.stats.retries < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        loop.stop.set()
+
+    threading.Thread(target=terminate_while_retrying, daemon=True).start()
+    stats = loop.run()  # returns: a supervisor's stop is not a crash
+    loop.source.close()
+    assert stats.retries >= 1 and stats.applied == 0
+    assert committed_total(settings) == 0
