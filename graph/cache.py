@@ -238,17 +238,17 @@ class MemcacheCluster:
 
     def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:
         """New values, None where the counter does not exist."""
-        replies = self._lines(b"incr", {k: b"%d" % d for k, d in deltas.items()})
+        replies = self._lines(b"incr", {k: b" %d" % d for k, d in deltas.items()})
         return {k: None if v == b"NOT_FOUND" else int(v) for k, v in replies.items()}
 
     def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
-        """TOUCH with exptime 0 (ours never expire): tells a missing key without its value."""
-        replies = self._lines(b"touch", dict.fromkeys(keys, b"0"))
-        return {k: v == b"TOUCHED" for k, v in replies.items()}
+        """Meta get without flags: a hit (HD) or a miss (EN), no value sent, and the item's
+        expiry left alone (leases have one)."""
+        replies = self._lines(b"mg", dict.fromkeys(keys, b""))
+        return {k: v == b"HD" for k, v in replies.items()}
 
     def delete_many(self, keys: Iterable[bytes]) -> None:
-        for server, group in self._by_server(keys):
-            self._call(server, "delete_many", group)
+        self._lines(b"delete", dict.fromkeys(keys, b""))
 
     def flush_all(self) -> None:
         for server in self._clients:

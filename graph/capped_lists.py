@@ -59,8 +59,9 @@ class CappedListStore(TokenLists):
     def _read_round(
         self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
     ) -> list[ListRef]:
-        found = self.cache.gets_many([self.index_key(r) for r in refs])
-        missing = [ref for ref in refs if self.index_key(ref) not in found]
+        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        found = self.cache.gets_many(keys.values())
+        missing = [ref for ref in refs if keys[ref] not in found]
         again = []
         for ref, built in self.rebuild_many(missing).items():
             if built is None:
@@ -69,7 +70,7 @@ class CappedListStore(TokenLists):
                 result[ref] = built
         broken = []
         for ref in refs:
-            if (item := found.get(self.index_key(ref))) is None:
+            if (item := found.get(keys[ref])) is None:
                 continue
             try:
                 decoded = decode([item[0]])
@@ -78,7 +79,7 @@ class CappedListStore(TokenLists):
                 continue
             result[ref] = decoded.members
             if self._is_dirty(decoded):
-                self._compact(self.index_key(ref), item)
+                self._compact(keys[ref], item)
         self.invalidate(broken)
         return again + broken
 

@@ -26,7 +26,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from graph.cache import MemcacheCluster
 from graph.tokens import CorruptList, DecodedList, compact_shards, decode, encode, encode_members
@@ -45,9 +45,14 @@ class ListKind(enum.Enum):
     FOLLOWING = "fg"
     TIMELINE = "tl"
 
+    # Members are singletons: identity hashing, in C (Enum's own __hash__ is Python code, and
+    # list references are hashed several times per event on the ingest path).
+    __hash__ = object.__hash__
 
-@dataclass(frozen=True, slots=True)
-class ListRef:
+
+class ListRef(NamedTuple):
+    """One list: a tuple, so hashing and comparing it in the hot dicts runs in C."""
+
     kind: ListKind
     user: str
 
@@ -141,6 +146,15 @@ class TokenLists(abc.ABC):
     def index_key(self, ref: ListRef) -> bytes:
         return self.keys_for(ref.kind, [ref.user])[0]
 
+    def index_keys(self, refs: Sequence[ListRef]) -> list[bytes]:
+        """``index_key`` of many lists, in order: one ``keys_for`` per kind."""
+        keys: list[bytes] = [b""] * len(refs)
+        for kind in {ref.kind for ref in refs}:
+            at = [i for i, ref in enumerate(refs) if ref.kind is kind]
+            for i, key in zip(at, self.keys_for(kind, [refs[i].user for i in at]), strict=True):
+                keys[i] = key
+        return keys
+
     def keys_for(self, kind: ListKind, users: Sequence[str]) -> list[bytes]:
         """The lists' keys, built only from valid ids (a key is the other place user input
         reaches memcached); for many users at C speed: one check, one join, one split."""
@@ -154,7 +168,7 @@ class TokenLists(abc.ABC):
 
     def invalidate(self, refs: Iterable[ListRef]) -> None:
         """Drop lists so the next reader or writer rebuilds them from the store."""
-        keys = [self.index_key(ref) for ref in refs]
+        keys = self.index_keys(list(refs))
         if keys:
             self.cache.delete_many(keys)
             self.stats.invalidations += len(keys)
@@ -170,7 +184,10 @@ class TokenLists(abc.ABC):
         Pipelined: one round trip per server for the leases, the shards and the indexes."""
         if force:
             self.invalidate(refs)
-        leases = {self.index_key(ref) + b":rb": ref for ref in dict.fromkeys(refs)}
+        unique = list(dict.fromkeys(refs))
+        leases = {
+            key + b":rb": ref for key, ref in zip(self.index_keys(unique), unique, strict=True)
+        }
         taken = self.cache.add_many(dict.fromkeys(leases, b"1"), expire=REBUILD_LEASE_S)
         result: dict[ListRef, frozenset[str] | None] = {}
         for lease, ok in taken.items():
@@ -218,8 +235,9 @@ class TokenLists(abc.ABC):
         """``apply`` for tokens already encoded. Sharded lists: one index GET, one INCR and one
         APPEND round trip per server in the normal case; capped lists: one APPEND."""
         self._skipped = set()
+        refs = [ref for ref, data in tokens.items() if data]
         self._settle(
-            [_Pending(ref, self.index_key(ref), data) for ref, data in tokens.items() if data]
+            [_Pending(r, k, tokens[r]) for r, k in zip(refs, self.index_keys(refs), strict=True)]
         )
         self._compact_written(self._sample(list(tokens)))
 
@@ -255,16 +273,16 @@ class TokenLists(abc.ABC):
         rebuild may have just finished); if it is still absent, skipping is safe."""
         if not absent:
             return []
-        leases = self.cache.get_many([p.key + b":rb" for p in absent])
+        leased = self.cache.exists_many([p.key + b":rb" for p in absent])
         again = []
         for item in absent:
-            if item.key + b":rb" in leases:
+            if leased[item.key + b":rb"]:
                 self._await_index(item.ref)
                 again.append(item)
-        unleased = [p for p in absent if p.key + b":rb" not in leases]
-        appeared = self.cache.get_many([p.key for p in unleased])
+        unleased = [p for p in absent if not leased[p.key + b":rb"]]
+        appeared = self.cache.exists_many([p.key for p in unleased])
         for item in unleased:
-            if item.key in appeared:
+            if appeared[item.key]:
                 again.append(item)
             else:
                 self.stats.skipped_absent += 1
@@ -347,17 +365,18 @@ class ListStore(TokenLists):
         self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
     ) -> list[ListRef]:
         again: list[ListRef] = []
-        raw_indexes = self.cache.get_many([self.index_key(r) for r in refs])
+        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        raw_indexes = self.cache.get_many(keys.values())
         indexes: dict[ListRef, Index] = {}
         broken: list[ListRef] = []
-        missing = [ref for ref in refs if self.index_key(ref) not in raw_indexes]
+        missing = [ref for ref in refs if keys[ref] not in raw_indexes]
         for ref, rebuilt in self.rebuild_many(missing).items():
             if rebuilt is None:
                 again.append(ref)
             else:
                 result[ref] = rebuilt
         for ref in refs:
-            raw = raw_indexes.get(self.index_key(ref))
+            raw = raw_indexes.get(keys[ref])
             if raw is None:
                 continue
             try:
@@ -368,19 +387,19 @@ class ListStore(TokenLists):
             ref: [self.shard_key(ref, idx.gen, n) for n in idx.shards]
             for ref, idx in indexes.items()
         }
-        shards = self.cache.gets_many([k for keys in shard_keys.values() for k in keys])
-        for ref, keys in shard_keys.items():
-            if any(k not in shards for k in keys):
+        shards = self.cache.gets_many([k for ks in shard_keys.values() for k in ks])
+        for ref, ks in shard_keys.items():
+            if any(k not in shards for k in ks):
                 broken.append(ref)
                 continue
             try:
-                decoded = decode(shards[k][0] for k in keys)
+                decoded = decode(shards[k][0] for k in ks)
             except CorruptList:
                 broken.append(ref)
                 continue
             result[ref] = decoded.members
             if self._is_dirty(decoded):
-                self._compact(keys, [shards[k] for k in keys])
+                self._compact(ks, [shards[k] for k in ks])
         self.invalidate(broken)
         return again + broken
 

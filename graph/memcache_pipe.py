@@ -112,5 +112,6 @@ def same_value_pipeline(command: bytes, keys: Sequence[bytes], value: bytes) -> 
     return head + (tail + head).join(keys) + tail
 
 
-def line_pipeline(command: bytes, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
-    return b"".join([b"%s %s %s\r\n" % (command, k, a) for k, a in zip(keys, args, strict=True)])
+def line_pipeline(command: bytes, keys: Sequence[bytes], rest: Sequence[bytes]) -> bytes:
+    """``command key`` and the rest of each line (arguments with their leading space)."""
+    return b"".join([b"%s %s%s\r\n" % (command, k, r) for k, r in zip(keys, rest, strict=True)])

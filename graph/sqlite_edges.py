@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from graph.edges import (
     EdgeChange,
@@ -47,6 +48,8 @@ CREATE INDEX IF NOT EXISTS posts_recent ON posts (author, ts);
 CREATE TABLE IF NOT EXISTS celebrities (id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 
+T = TypeVar("T")
+
 UPSERT = """
 INSERT INTO edges (followee, follower, active, pos, grp) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (followee, follower) DO UPDATE
@@ -79,9 +82,7 @@ class SqliteEdgeStore(PagedMembers):
 
     def _removed(self, users: set[str]) -> dict[str, int]:
         found: dict[str, int] = {}
-        ordered = sorted(users)
-        for i in range(0, len(ordered), 500):
-            chunk = ordered[i : i + 500]
+        for chunk in _chunks(sorted(users)):
             marks = ",".join("?" * len(chunk))
             found.update(
                 self._db.execute(f"SELECT id, removed FROM users WHERE id IN ({marks})", chunk)
@@ -95,14 +96,22 @@ class SqliteEdgeStore(PagedMembers):
             self._db.executemany(
                 UPSERT, [(c.followee, c.follower, int(c.active), c.pos, c.group) for c in live]
             )
-        return [c for c in live if self._stored_pos(c) == c.pos]
+        stored = self._stored_positions(live)
+        return [c for c in live if stored.get((c.followee, c.follower)) == c.pos]
 
-    def _stored_pos(self, change: EdgeChange) -> int | None:
-        row = self._db.execute(
-            "SELECT pos FROM edges WHERE followee = ? AND follower = ?",
-            (change.followee, change.follower),
-        ).fetchone()
-        return None if row is None else int(row[0])
+    def _stored_positions(self, changes: Sequence[EdgeChange]) -> dict[tuple[str, str], int]:
+        """What each edge holds now, a few hundred edges per query (a join on the primary
+        key: a row-value IN would scan the table)."""
+        found: dict[tuple[str, str], int] = {}
+        for chunk in _chunks(changes):
+            pairs = ",".join(["(?,?)"] * len(chunk))
+            rows = self._db.execute(
+                f"SELECT e.followee, e.follower, e.pos FROM (VALUES {pairs}) AS v "
+                "CROSS JOIN edges AS e ON e.followee = v.column1 AND e.follower = v.column2",
+                [x for c in chunk for x in (c.followee, c.follower)],
+            )
+            found.update(((followee, follower), pos) for followee, follower, pos in rows)
+        return found
 
     def remove_user(self, user: str, pos: int) -> RemovedUser:
         with self._db:
@@ -186,9 +195,7 @@ class SqliteEdgeStore(PagedMembers):
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
         found: list[PostRecord] = []
-        ordered = sorted(authors)
-        for i in range(0, len(ordered), 500):
-            chunk = ordered[i : i + 500]
+        for chunk in _chunks(sorted(authors)):
             marks = ",".join("?" * len(chunk))
             rows = self._db.execute(
                 f"SELECT author, post_id, ts, text FROM posts WHERE author IN ({marks}) "
@@ -210,3 +217,9 @@ class SqliteEdgeStore(PagedMembers):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _chunks(items: Sequence[T], size: int = 400) -> Iterator[Sequence[T]]:
+    """Slices small enough for SQLite's limit on bound parameters (two per item at most)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
