@@ -307,8 +307,9 @@ class TokenLists(abc.ABC):
 class ListStore(TokenLists):
     """Sharded lists (followers, following): an index item and shards behind it."""
 
-    def shard_key(self, ref: ListRef, gen: str, shard: int) -> bytes:
-        return self.index_key(ref) + f":{gen}:{shard}".encode("ascii")
+    @staticmethod
+    def shard_key(index_key: bytes, gen: str, shard: int) -> bytes:
+        return b"%s:%s:%d" % (index_key, gen.encode("ascii"), shard)
 
     @staticmethod
     def counter_key(shard_key: bytes) -> bytes:
@@ -321,16 +322,14 @@ class ListStore(TokenLists):
         members: dict[ListRef, list[str]] = {}
         shards: dict[ListRef, dict[bytes, bytes]] = {}
         indexes: dict[bytes, bytes] = {}
-        for ref in refs:
+        for ref, key in zip(refs, self.index_keys(refs), strict=True):
             members[ref] = sorted(self.source.all_members(ref))
             gen = secrets.token_hex(4)
             chunks = self._chunk(encode_members(members[ref]))
-            shard_keys = [self.shard_key(ref, gen, i) for i in range(len(chunks))]
+            shard_keys = [self.shard_key(key, gen, i) for i in range(len(chunks))]
             shards[ref] = dict(zip(shard_keys, chunks, strict=True))
             shards[ref][self.counter_key(shard_keys[-1])] = b"%d" % len(chunks[-1])
-            indexes[self.index_key(ref)] = (
-                gen.encode() + b" " + b"".join(b"+%d " % i for i in range(len(chunks)))
-            )
+            indexes[key] = gen.encode() + b" " + b"".join(b"+%d " % i for i in range(len(chunks)))
         self.cache.add_many({k: v for values in shards.values() for k, v in values.items()})
         committed = self.cache.add_many(indexes)
         result: dict[ListRef, frozenset[str] | None] = {}
@@ -384,7 +383,7 @@ class ListStore(TokenLists):
             except CorruptList:
                 broken.append(ref)
         shard_keys = {
-            ref: [self.shard_key(ref, idx.gen, n) for n in idx.shards]
+            ref: [self.shard_key(keys[ref], idx.gen, n) for n in idx.shards]
             for ref, idx in indexes.items()
         }
         shards = self.cache.gets_many([k for ks in shard_keys.values() for k in ks])
@@ -436,7 +435,7 @@ class ListStore(TokenLists):
                 broken.append(item.ref)
                 again.append(item)
                 continue
-            located.append((item, idx, self.shard_key(item.ref, idx.gen, idx.shards[-1])))
+            located.append((item, idx, self.shard_key(item.key, idx.gen, idx.shards[-1])))
 
         again += self._skip_absent(absent)
         sizes = self.cache.incr_many({self.counter_key(k): len(p.tokens) for p, _, k in located})
@@ -500,7 +499,7 @@ class ListStore(TokenLists):
             if not indexed[item.key]:
                 again.append(item)  # index gone: the next round rebuilds
                 continue
-            new_shards[self.shard_key(item.ref, idx.gen, idx.shards[-1] + 1)] = item
+            new_shards[self.shard_key(item.key, idx.gen, idx.shards[-1] + 1)] = item
         added = self.cache.add_many({k: p.tokens for k, p in new_shards.items()})
         self.cache.add_many(
             {

@@ -35,7 +35,7 @@ def test_a_list_larger_than_several_shards_reads_back_exactly(
         )
     idx = index_of(lists, STAR)
     assert len(idx.shards) >= 5
-    keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
+    keys = [lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in idx.shards]
     shards = lists.cache.get_many(keys)
     # Soft limit: a shard is closed once it passes the limit, by at most one batch's tokens.
     assert all(len(shards[k]) <= 128 + 7 * len(b"+user00000 ") for k in keys)
@@ -75,7 +75,9 @@ def test_any_lost_item_yields_the_exact_list(
             [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 10])],
         )
     idx = index_of(lists, STAR)
-    first, newest = (lists.shard_key(STAR, idx.gen, n) for n in (idx.shards[0], idx.shards[-1]))
+    first, newest = (
+        lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in (idx.shards[0], idx.shards[-1])
+    )
     victim = {
         "index": lists.index_key(STAR),
         "first shard": first,
@@ -97,7 +99,9 @@ def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ListStore
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
     idx = index_of(lists, STAR)
-    lists.cache.append_many({lists.shard_key(STAR, idx.gen, idx.shards[-1]): b"garbage "})
+    lists.cache.append_many(
+        {lists.shard_key(lists.index_key(STAR), idx.gen, idx.shards[-1]): b"garbage "}
+    )
     assert lists.read(STAR) == {"a"}
     assert lists.stats.invalidations == 1
 
@@ -135,7 +139,7 @@ def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: L
         )
     # 20 adds, then remove/add/remove/add/remove: 120 tokens, 0 members
     idx = index_of(lists, STAR)
-    keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
+    keys = [lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in idx.shards]
     before = sum(len(v) for v in lists.cache.get_many(keys).values())
     assert lists.read(STAR) == frozenset()
     after = sum(len(v) for v in lists.cache.get_many(keys).values())
@@ -151,7 +155,7 @@ def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
     write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", True, i) for i in range(10)])
     write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", False, 100 + i) for i in range(10)])
     idx = index_of(lists, STAR)
-    keys = [lists.shard_key(STAR, idx.gen, n) for n in idx.shards]
+    keys = [lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in idx.shards]
     snapshot = lists.cache.gets_many(keys)
     # A writer appends between the compactor's gets and its cas.
     write(sqlite_store, lists, [EdgeChange("racer", "star", True, 500)])
