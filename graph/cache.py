@@ -6,8 +6,8 @@ to another server and back again later, which resurrects stale lists. Here keys 
 same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a server that does
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
-Store commands and INCR/TOUCH go through ``ServerPipe`` (one write per pipeline, every server's
-pipeline sent before any reply is read); reads, CAS and deletes through pymemcache's clients.
+Commands with one-line replies (store commands, INCR, DELETE, meta get) go through
+``ServerPipe`` (see graph/memcache_pipe.py for why); reads, CAS and flushes through pymemcache.
 """
 
 from __future__ import annotations

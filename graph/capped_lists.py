@@ -7,7 +7,7 @@ as the sharded lists: created with ADD by a reader's rebuild under a lease, comp
 trimmed to the cap) with gets/cas, writes to an absent list skipped.
 
 memcached answers NOT_STORED to an APPEND both when the item is missing and when it would pass
-the item size limit; a TOUCH tells them apart. Too big means compact (trim) now, then append.
+the item size limit; a meta get tells them apart. Too big means compact (trim) now, then append.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pipelined memcached commands that answer in one line: store commands and INCR/TOUCH.
+"""Pipelined memcached commands that answer in one line: store commands, INCR, DELETE, meta get.
 
 pymemcache sends a batch of store commands in one write only through a private method, and
 builds each command with key checks and serialisation that cost more client time than memcached
