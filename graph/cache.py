@@ -6,8 +6,8 @@ to another server and back again later, which resurrects stale lists. Here keys 
 same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a server that does
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
-Commands with one-line replies (store commands, INCR, DELETE, meta get) go through
-``ServerPipe`` (see graph/memcache_pipe.py for why); reads, CAS and flushes through pymemcache.
+Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
+graph/memcache_pipe.py for why); the single-key CAS and FLUSH through pymemcache.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from graph.memcache_pipe import (
     CacheUnavailable,
     ServerPipe,
     line_pipeline,
+    meta_get_pipeline,
     same_value_pipeline,
     store_pipeline,
 )
@@ -87,6 +88,7 @@ class _Job:
     build: Callable[..., bytes]
     keys: Sequence[bytes]
     columns: tuple[Sequence[Any], ...] = ()
+    values: bool = False  # replies carry values (meta gets), not one line each
 
 
 class MemcacheCluster:
@@ -114,20 +116,13 @@ class MemcacheCluster:
     def server_for(self, key: bytes) -> str:
         return self._ring.nodes[self._ring.owners([key])[0]]
 
-    def _by_server(self, keys: Iterable[bytes]) -> list[tuple[str, list[bytes]]]:
-        """Keys grouped by server, at most PIPELINE per group (pymemcache's multi-key calls)."""
-        return [
-            (node, mine[i : i + PIPELINE])
-            for node, (mine, _) in zip(self._ring.nodes, self._ring.split(list(keys)), strict=True)
-            for i in range(0, len(mine), PIPELINE)
-        ]
-
-    def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], bytes]]:
+    def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], Any]]:
         """Every job's commands, split by server, PIPELINE commands per write and WINDOW writes
         unanswered per server, all servers at once: while one server's replies are read, the
-        servers work through what is queued, across jobs. Returns, per pipeline, its job's
-        index, server, keys and raw replies. A failure closes every connection with replies
-        still unread."""
+        servers work through what is queued, across jobs. Reads that bring values back keep
+        one write in flight (their replies are big; a second write could stall against them).
+        Returns, per pipeline, its job's index, server, keys and replies (raw reply lines, or
+        the values read). A failure closes every connection with replies still unread."""
         queues: dict[str, deque[tuple[int, list[bytes], list[list[Any]]]]] = {
             node: deque() for node in self._ring.nodes
         }
@@ -138,12 +133,13 @@ class MemcacheCluster:
                     (index, mine[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(mine), PIPELINE)
                 )
+        window = 1 if any(job.values for job in jobs) else WINDOW
         flying: dict[str, deque[tuple[int, list[bytes]]]] = {node: deque() for node in queues}
-        done: list[tuple[int, ServerPipe, list[bytes], bytes]] = []
+        done: list[tuple[int, ServerPipe, list[bytes], Any]] = []
         try:
             while any(queues.values()) or any(flying.values()):
                 for node, queue in queues.items():
-                    while queue and len(flying[node]) < WINDOW:
+                    while queue and len(flying[node]) < window:
                         index, mine, cols = queue.popleft()
                         self._pipes[node].send(jobs[index].build(mine, *cols))
                         flying[node].append((index, mine))
@@ -151,7 +147,8 @@ class MemcacheCluster:
                     if sent:
                         index, mine = sent.popleft()
                         pipe = self._pipes[node]
-                        done.append((index, pipe, mine, pipe.receive(len(mine))))
+                        read = pipe.receive_values if jobs[index].values else pipe.receive
+                        done.append((index, pipe, mine, read(len(mine))))
         except CacheUnavailable:
             for node, sent in flying.items():
                 if sent:
@@ -167,18 +164,17 @@ class MemcacheCluster:
             client.close()
             raise CacheUnavailable(f"memcached {server}: {exc}") from exc
 
-    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
-        found: dict[bytes, bytes] = {}
-        for server, group in self._by_server(keys):
-            found.update(self._call(server, "get_many", group))
+    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, tuple[bytes, bytes]]:
+        """Values with their CAS ids (for reads that may turn into a compaction); a missing
+        key is left out."""
+        job = _Job(meta_get_pipeline, list(dict.fromkeys(keys)), values=True)
+        found: dict[bytes, tuple[bytes, bytes]] = {}
+        for _, _, mine, replies in self._pipelined([job]):
+            found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
         return found
 
-    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, tuple[bytes, bytes]]:
-        """Values with their CAS ids, for reads that may turn into a compaction."""
-        found: dict[bytes, tuple[bytes, bytes]] = {}
-        for server, group in self._by_server(keys):
-            found.update(self._call(server, "gets_many", group))
-        return found
+    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        return {key: value for key, (value, _) in self.gets_many(keys).items()}
 
     def _store(
         self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0

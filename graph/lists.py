@@ -100,10 +100,10 @@ class Index:
     @classmethod
     def parse(cls, raw: bytes) -> Index:
         parts = raw.split()
-        if not parts or not parts[0].isalnum():
+        if not parts or not parts[0].isalnum() or raw.count(b" +") != len(parts) - 1:
             raise CorruptList(f"bad index {raw[:70]!r}")
-        try:
-            numbers = sorted({int(p[1:]) for p in parts[1:] if p[:1] == b"+"})
+        try:  # every entry is "+N": int() reads the sign; racing rollovers may repeat one
+            numbers = sorted(set(map(int, parts[1:])))
         except ValueError:
             raise CorruptList(f"bad index {raw[:70]!r}") from None
         if not numbers:

@@ -108,3 +108,17 @@ def test_batch_placement_is_hashclients_for_any_number_of_servers() -> None:
         keys = [b"tf:tl:user%d" % i for i in range(300)]
         owners = ring.owners(keys)
         assert [ring.nodes[o] for o in owners] == [reference.get_node(k.decode()) for k in keys]
+
+
+def test_reads_take_values_by_length_whatever_bytes_they_hold(cache: MemcacheCluster) -> None:
+    tricky = {
+        b"crlf": b"a\r\nEN\r\nVA 3 c1\r\nxyz\r\n",
+        b"big": bytes(range(256)) * 3600,  # ~900 KB: arrives over many reads
+        b"empty": b"",
+    }
+    cache.set_many(tricky)
+    keys = [b"crlf", b"absent", b"big", b"empty", b"crlf"]  # a miss and a repeat in between
+    assert cache.get_many(keys) == tricky
+    found = cache.gets_many(keys)
+    assert {k: v for k, (v, _) in found.items()} == tricky
+    assert cache.cas(b"crlf", b"new", found[b"crlf"][1]) is True
