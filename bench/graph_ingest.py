@@ -8,8 +8,11 @@ import os
 import random
 import threading
 import time
+from collections.abc import Sequence
 
 from bench.report import Report, Row
+from consumers import ConsumeLoop, LoopStats, Positioned
+from consumers.graph_apply import GRAPH_EVENTS
 from fanout import wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
@@ -54,16 +57,38 @@ def _one(s: Settings, n: int, cached: bool) -> Row:
             followee = f"u{min(int(rng.expovariate(0.001)), users - 1)}"
             kind = "follow" if rng.random() < 0.8 else "unfollow"
             publisher.publish({"type": kind, "follower": follower, "followee": followee})
-    loop = wiring.graph_loop(s, threading.Event())
-    loop.source.await_assignment()
     started = time.perf_counter()
-    stats = loop.run(until_idle=2.0)
+    stats = _consume(wiring.graph_loop(s, threading.Event()))
     wall = time.perf_counter() - started
-    loop.source.close()
+    # Baseline: the same messages through the same loop (poll, decode and validate, commit)
+    # with nothing applied, in a group of its own: the ceiling the broker and decoding set.
+    decode_only = wiring.graph_loop(
+        s.model_copy(update={"group": f"{s.group}-decode"}), threading.Event()
+    )
+    decode_only.applier = _Nothing()
+    baseline = _consume(decode_only)
+    rate = stats.applied / stats.busy_s
+    ceiling = baseline.applied / baseline.busy_s
     return {
         "events": stats.applied,
-        "events_per_s": round(stats.applied / stats.busy_s),
+        "events_per_s": round(rate),
+        "decode_only_events_per_s": round(ceiling),
+        "ratio_to_decode_only": round(rate / ceiling, 3),
         "wall_s_incl_idle_wait": round(wall, 2),
         "batches": stats.batches,
         "ms_per_batch": round(stats.busy_s / max(stats.batches, 1) * 1000, 1),
     }
+
+
+class _Nothing:
+    accepted = GRAPH_EVENTS
+
+    def apply(self, batch: Sequence[Positioned]) -> None:
+        pass
+
+
+def _consume(loop: ConsumeLoop) -> LoopStats:
+    loop.source.await_assignment()
+    stats = loop.run(until_idle=2.0)
+    loop.source.close()
+    return stats

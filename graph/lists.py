@@ -92,8 +92,9 @@ class ListStats:
     skipped_absent: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Index:
+class Index(NamedTuple):
+    """A list's index item, parsed (once per list per write: a tuple is cheap to make)."""
+
     gen: str
     shards: tuple[int, ...]
 
