@@ -49,19 +49,11 @@ class ServerPipe:
 
     def receive(self, lines: int) -> bytes:
         """The next ``lines`` reply lines, ``\\r\\n`` included."""
-        if self._sock is None:
-            self._fail("nothing was sent")
         chunks = [self._unread]
         seen = self._unread.count(b"\n")
-        try:
-            while seen < lines:
-                chunk = self._sock.recv(1 << 20)
-                if not chunk:
-                    self._fail("connection closed")
-                chunks.append(chunk)
-                seen += chunk.count(b"\n")
-        except OSError as exc:
-            self._fail(str(exc))
+        while seen < lines:
+            chunks.append(self._recv(1 << 20))
+            seen += chunks[-1].count(b"\n")
         data = b"".join(chunks)
         if seen == lines:
             self._unread = b""
@@ -86,7 +78,12 @@ class ServerPipe:
                 pos = eol + 2
                 continue
             head = buf[pos:eol].split()
-            if len(head) != 3 or head[0] != b"VA" or not head[2].startswith(b"c"):
+            if (
+                len(head) != 3
+                or head[0] != b"VA"
+                or not head[1].isdigit()
+                or not head[2].startswith(b"c")
+            ):
                 self._fail(f"unexpected meta get reply {buf[pos:eol][:200]!r}")
             end = eol + 2 + int(head[1])
             if len(buf) < end + 2:
@@ -99,20 +96,24 @@ class ServerPipe:
 
     def _more(self, buf: bytes, pos: int, need: int) -> tuple[bytes, int]:
         """``buf[pos:]`` grown to at least ``need`` bytes by reading the socket."""
-        if self._sock is None:
-            self._fail("nothing was sent")
         chunks = [buf[pos:]]
         have = len(chunks[0])
+        while have < need:
+            chunks.append(self._recv(max(need - have, 1 << 16)))
+            have += len(chunks[-1])
+        return b"".join(chunks), 0
+
+    def _recv(self, size: int) -> bytes:
+        """One read; a closed or failing connection raises ``CacheUnavailable``."""
+        if self._sock is None:
+            self._fail("nothing was sent")
         try:
-            while have < need:
-                chunk = self._sock.recv(max(need - have, 1 << 16))
-                if not chunk:
-                    self._fail("connection closed")
-                chunks.append(chunk)
-                have += len(chunk)
+            chunk = self._sock.recv(size)
         except OSError as exc:
             self._fail(str(exc))
-        return b"".join(chunks), 0
+        if not chunk:
+            self._fail("connection closed")
+        return chunk
 
     def close(self) -> None:
         if self._sock is not None:
