@@ -11,7 +11,7 @@ from bench.raw_memcached import pipelined
 from bench.report import Report, Row
 from consumers.graph_apply import GraphApplier
 from consumers.loop import BatchReport
-from fanout import wiring
+from fanout import gc_policy, wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
 from graph import ListKind, ListRef
@@ -21,6 +21,7 @@ QUICK = [2_000]
 
 
 def run(settings: Settings, report: Report) -> None:
+    gc_policy.tune_for_consuming()  # the consumers run here as `fanout consume` runs them
     bars: list[tuple[str, float]] = []
     for n in QUICK if report.quick else SIZES:
         with sandbox(settings, "bfan", celebrity_threshold=10 * n) as s:

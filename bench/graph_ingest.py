@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from bench.report import Report, Row
 from consumers import ConsumeLoop, LoopStats, Positioned
 from consumers.graph_apply import GRAPH_EVENTS
-from fanout import wiring
+from fanout import gc_policy, wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
 from graph import ListKind, ListRef
@@ -23,6 +23,7 @@ QUICK = 2_000
 
 
 def run(settings: Settings, report: Report) -> None:
+    gc_policy.tune_for_consuming()  # the consumer runs here as `fanout consume` runs it
     n = QUICK if report.quick else EVENTS
     stores: dict[str, str | None] = {"sqlite": None}
     if url := os.environ.get("FANOUT_BENCH_MONGO_URL"):

@@ -14,7 +14,7 @@ import orjson
 from rich.console import Console
 from rich.progress import Progress
 
-from fanout import logs, stack, wiring
+from fanout import gc_policy, logs, stack, wiring
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
@@ -106,9 +106,11 @@ def _stop_on_signals() -> threading.Event:
 
 def cmd_consume(args: argparse.Namespace, settings: Settings) -> int:
     if args.batch_size:
-        settings = settings.model_copy(update={"batch_size": args.batch_size})
+        field = "graph_batch_size" if args.which == "graph" else "batch_size"
+        settings = settings.model_copy(update={field: args.batch_size})
     build = wiring.graph_loop if args.which == "graph" else wiring.fanout_loop
     loop = build(settings, _stop_on_signals())
+    gc_policy.tune_for_consuming()
     if args.metrics_port is not None:
         wiring.serve_metrics(loop, args.which, args.metrics_port)
     try:

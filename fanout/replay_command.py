@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from consumers.loop import BatchReport
 from consumers.replay import FromBeginning, FromOffsets, FromTime, ReplayStart, resolve
-from fanout import wiring
+from fanout import gc_policy, wiring
 from fanout.settings import Settings
 
 
@@ -45,6 +45,7 @@ def run_replay(
     assignment = [TopicPartition(topic, s.partition, s.offset) for s in starts]
     build = wiring.graph_loop if which == "graph" else wiring.fanout_loop
     loop = build(settings, threading.Event(), assignment)
+    gc_policy.tune_for_consuming()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         bars = {

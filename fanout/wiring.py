@@ -60,6 +60,7 @@ def _loop(
     topics: list[str],
     applier: Applier,
     stop: threading.Event,
+    batch_size: int,
     assignment: list[TopicPartition] | None = None,
 ) -> ConsumeLoop:
     group = f"{settings.group}.{name}"
@@ -73,7 +74,7 @@ def _loop(
         instance_id=f"{settings.instance_id}.{name}" if settings.instance_id else None,
     )
     dead_letters = DeadLetters(settings.kafka, settings.topics.dlq, group, settings.kafka_config)
-    return ConsumeLoop(source, applier, dead_letters, stop, batch_size=settings.batch_size)
+    return ConsumeLoop(source, applier, dead_letters, stop, batch_size=batch_size)
 
 
 def graph_loop(
@@ -82,7 +83,8 @@ def graph_loop(
     store = edge_store(settings)
     applier = GraphApplier(store, list_store(settings, store))
     name = "graph" if replay is None else "replay-graph"
-    return _loop(settings, name, [settings.topics.graph], applier, stop, replay)
+    topics = [settings.topics.graph]
+    return _loop(settings, name, topics, applier, stop, settings.graph_batch_size, replay)
 
 
 def fanout_loop(
@@ -98,10 +100,13 @@ def fanout_loop(
         settings.chunk_size,
         settings.celebrity_threshold,
     )
+    size = settings.batch_size
     if replay is not None:  # chunk tasks are re-published from the replayed posts
-        return _loop(settings, "replay-fanout", [settings.topics.posts], applier, stop, replay)
+        return _loop(
+            settings, "replay-fanout", [settings.topics.posts], applier, stop, size, replay
+        )
     topics = [settings.topics.posts, settings.topics.fanout_tasks]
-    return _loop(settings, "fanout", topics, applier, stop)
+    return _loop(settings, "fanout", topics, applier, stop, size)
 
 
 def serve_metrics(loop: ConsumeLoop, consumer: str, port: int) -> ConsumerMetrics:

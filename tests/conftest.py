@@ -63,6 +63,7 @@ def settings(local_stack: stack.StackState, unique: str, tmp_path: Path) -> Sett
         group=unique,
         list_shard_bytes=256,
         batch_size=500,
+        graph_batch_size=500,
     )
 
 

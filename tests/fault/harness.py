@@ -149,6 +149,7 @@ def fault_settings(settings: Settings) -> Settings:
             "celebrity_threshold": 40,
             "max_poll_interval_ms": 6000,
             "batch_size": 200,
+            "graph_batch_size": 200,
         }
     )
 
