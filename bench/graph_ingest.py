@@ -1,6 +1,7 @@
 """2. Graph ingest: follow/unfollow events per second end to end (Kafka to edge store and
 lists) for the embedded SQLite store; MongoDB when FANOUT_BENCH_MONGO_URL is set. Each with
-every user's lists in the cache, and with none."""
+every user's lists in the cache, with none, and with the lists left untouched (the edge store
+alone: what any list layout is measured against)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 from bench.report import Report, Row
 from consumers import ConsumeLoop, LoopStats, Positioned
-from consumers.graph_apply import GRAPH_EVENTS
+from consumers.graph_apply import GRAPH_EVENTS, GraphApplier, GraphBatchResult
 from fanout import gc_policy, wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
@@ -20,6 +21,7 @@ from graph import ListKind, ListRef
 
 EVENTS = 50_000
 QUICK = 2_000
+LISTS = ("cached", "absent", "untouched")
 
 
 def run(settings: Settings, report: Report) -> None:
@@ -31,9 +33,9 @@ def run(settings: Settings, report: Report) -> None:
     bars = []
     for name, url in stores.items():
         overrides = {"edge_store": url} if url else {}
-        for lists in ("cached", "absent"):
+        for lists in LISTS:
             with sandbox(settings, "bing", **overrides) as s:
-                row = _one(s, n, cached=lists == "cached")
+                row = _one(s, n, lists)
             report.add(store=name, lists=lists, **row)
             bars.append((f"{name}, lists {lists}", row["events_per_s"]))
     if "mongodb" not in stores:
@@ -41,16 +43,18 @@ def run(settings: Settings, report: Report) -> None:
     report.write(bars, "graph events per second (one consumer)")
 
 
-def _one(s: Settings, n: int, cached: bool) -> Row:
+def _one(s: Settings, n: int, lists: str) -> Row:
     """``cached``: every user's lists are in the cache, so every event appends to two lists
-    (a live system's hot lists); otherwise none are, and writes only check and skip them."""
+    (a live system's hot lists); ``absent``: none are, and writes only check and skip them;
+    ``untouched``: the consumer writes the edge store and stops there."""
     rng = random.Random(1)
     users = 10_000
-    if cached:
+    if lists == "cached":
         store = wiring.edge_store(s)
-        lists = wiring.list_store(s, store)
         kinds = (ListKind.FOLLOWERS, ListKind.FOLLOWING)
-        lists.read_many([ListRef(kind, f"u{i}") for i in range(users) for kind in kinds])
+        wiring.list_store(s, store).read_many(
+            [ListRef(kind, f"u{i}") for i in range(users) for kind in kinds]
+        )
         store.close()
     with wiring.publisher(s) as publisher:
         for _ in range(n):
@@ -59,7 +63,11 @@ def _one(s: Settings, n: int, cached: bool) -> Row:
             kind = "follow" if rng.random() < 0.8 else "unfollow"
             publisher.publish({"type": kind, "follower": follower, "followee": followee})
     started = time.perf_counter()
-    stats = _consume(wiring.graph_loop(s, threading.Event()))
+    loop = wiring.graph_loop(s, threading.Event())
+    if lists == "untouched":
+        assert isinstance(loop.applier, GraphApplier)
+        loop.applier = _StoreOnly(loop.applier.store, loop.applier.lists)
+    stats = _consume(loop)
     wall = time.perf_counter() - started
     # Baseline: the same messages through the same loop (poll, decode and validate, commit)
     # with nothing applied, in a group of its own: the ceiling the broker and decoding set.
@@ -79,6 +87,12 @@ def _one(s: Settings, n: int, cached: bool) -> Row:
         "batches": stats.batches,
         "ms_per_batch": round(stats.busy_s / max(stats.batches, 1) * 1000, 1),
     }
+
+
+class _StoreOnly(GraphApplier):
+    def apply(self, batch: Sequence[Positioned]) -> GraphBatchResult:
+        recorded = self.record(batch)
+        return GraphBatchResult(recorded.changes, len(recorded.current), recorded.removals)
 
 
 class _Nothing:

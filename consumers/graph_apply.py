@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import repeat
 
 from consumers.positions import Positioned
 from graph import EdgeChange, EdgeStore, ListKind, ListRef, ListStore
@@ -35,6 +36,16 @@ class GraphBatchResult:
     removals: int
 
 
+@dataclass(slots=True)
+class Recorded:
+    """What a batch did to the edge store, and so what its lists need."""
+
+    changes: int
+    current: list[EdgeChange]  # the stored state of their edge now: their tokens are appended
+    removals: int = 0
+    stale: set[ListRef] = field(default_factory=set)  # lists to drop and rebuild instead
+
+
 class GraphApplier:
     accepted: tuple[type, ...] = GRAPH_EVENTS
 
@@ -43,6 +54,12 @@ class GraphApplier:
         self.lists = lists
 
     def apply(self, batch: Sequence[Positioned]) -> GraphBatchResult:
+        recorded = self.record(batch)
+        self.update_lists(recorded)
+        return GraphBatchResult(recorded.changes, len(recorded.current), recorded.removals)
+
+    def record(self, batch: Sequence[Positioned]) -> Recorded:
+        """The edge store's part, which comes first (see graph/lists.py)."""
         changes: list[EdgeChange] = []
         removals: list[tuple[str, int]] = []
         for item in batch:
@@ -56,24 +73,26 @@ class GraphApplier:
             elif isinstance(event, UserRemoved):
                 removals.append((event.user, item.pos))
 
-        current = self.store.apply(changes) if changes else []
-        stale_lists: set[ListRef] = set()
+        recorded = Recorded(len(changes), self.store.apply(changes) if changes else [])
         for user, pos in removals:
             removed = self.store.remove_user(user, pos)
-            stale_lists.update(ListRef(kind, user) for kind in ListKind)
-            stale_lists.update(ListRef(ListKind.FOLLOWING, u) for u in removed.followers)
-            stale_lists.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
-            stale_lists.update(ListRef(ListKind.FOLLOWERS, u) for u in removed.following)
+            recorded.stale.update(ListRef(kind, user) for kind in ListKind)
+            recorded.stale.update(ListRef(ListKind.FOLLOWING, u) for u in removed.followers)
+            recorded.stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
+            recorded.stale.update(ListRef(ListKind.FOLLOWERS, u) for u in removed.following)
+            recorded.removals += 1
+        return recorded
 
-        tokens: dict[ListRef, list[tuple[bool, str]]] = defaultdict(list)
-        for change in current:
-            tokens[ListRef(ListKind.FOLLOWERS, change.followee)].append(
-                (change.active, change.follower)
-            )
-            tokens[ListRef(ListKind.FOLLOWING, change.follower)].append(
-                (change.active, change.followee)
-            )
-            stale_lists.add(ListRef(ListKind.TIMELINE, change.follower))
+    def update_lists(self, recorded: Recorded) -> None:
+        """Tokens grouped per list by user first, so a list reference is made once per list
+        rather than per change."""
+        followers: dict[str, list[tuple[bool, str]]] = defaultdict(list)
+        following: dict[str, list[tuple[bool, str]]] = defaultdict(list)
+        for change in recorded.current:
+            followers[change.followee].append((change.active, change.follower))
+            following[change.follower].append((change.active, change.followee))
+        tokens = {ListRef(ListKind.FOLLOWERS, user): ops for user, ops in followers.items()}
+        tokens.update({ListRef(ListKind.FOLLOWING, user): ops for user, ops in following.items()})
         self.lists.apply(tokens)
-        self.lists.invalidate(stale_lists)
-        return GraphBatchResult(len(changes), len(current), len(removals))
+        recorded.stale.update(map(ListRef, repeat(ListKind.TIMELINE), following))
+        self.lists.invalidate(recorded.stale)

@@ -12,15 +12,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from graph.lists import ListKind, ListRef
 
 PAGE = 5000
 
 
-@dataclass(frozen=True, slots=True)
-class EdgeChange:
+class EdgeChange(NamedTuple):
+    """A tuple: the graph consumer makes one per event, and a tuple is made at C speed."""
+
     follower: str
     followee: str
     active: bool

@@ -7,6 +7,7 @@ cache namespace and consumer group, so tests never see each other's data.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -26,6 +27,16 @@ from graph import ListSettings, ListStore, MemcacheCluster  # noqa: E402
 from graph.sqlite_edges import SqliteEdgeStore  # noqa: E402
 from producers import create_topics  # noqa: E402
 from schemas import Topics  # noqa: E402
+
+
+@pytest.fixture
+def restored_gc() -> Iterator[None]:
+    """For tests that tune the collector as a consumer process does (fanout.gc_policy): the
+    rest of the session runs with the default policy again."""
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from bench.__main__ import BENCHMARKS, main
 
 @pytest.mark.parametrize("name", list(BENCHMARKS))
 def test_benchmark_smoke_run_writes_figures_and_a_plot(
-    name: str, tmp_path: Path, local_stack: object
+    name: str, tmp_path: Path, local_stack: object, restored_gc: None
 ) -> None:
     assert main([name, "--quick", "--out", str(tmp_path)]) == 0
     doc = orjson.loads((tmp_path / f"{name}.json").read_bytes())

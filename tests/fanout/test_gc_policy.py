@@ -1,17 +1,6 @@
 import gc
-from collections.abc import Iterator
-
-import pytest
 
 from fanout.gc_policy import YOUNG_THRESHOLD, tune_for_consuming
-
-
-@pytest.fixture
-def restored_gc() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
 
 
 def test_startup_objects_are_frozen_and_young_collections_are_rarer(restored_gc: None) -> None:

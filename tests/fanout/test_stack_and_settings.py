@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from fanout import wiring
 from fanout.settings import Settings
 from fanout.stack import StackState
 
@@ -76,3 +78,16 @@ def test_secrets_never_appear_in_settings_reprs() -> None:
     text = repr(settings) + str(settings)
     assert "s3cret" not in text and "hunter2" not in text
     assert settings.kafka_config["sasl.password"] == "hunter2"  # still passed through
+
+
+def test_each_consumer_takes_its_own_batch_size(settings: Settings) -> None:
+    sized = settings.model_copy(update={"batch_size": 3, "graph_batch_size": 7})
+    loops = [
+        wiring.graph_loop(sized, threading.Event()),
+        wiring.fanout_loop(sized, threading.Event()),
+    ]
+    try:
+        assert [loop.batch_size for loop in loops] == [7, 3]
+    finally:
+        for loop in loops:
+            loop.source.close()
