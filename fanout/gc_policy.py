@@ -3,8 +3,8 @@
 A consumer allocates tens of objects per event (decoded events, edge changes, list references,
 reply tuples) and none of them form reference cycles, yet CPython's default policy runs a young
 collection every 700 allocations and re-scans everything imported at startup (pydantic's schemas,
-librdkafka's bindings) in its older generations. Measured on the graph consumer: ~25% of its CPU
-went to collections that found nothing (bench/graph_ingest.py, same run, with and without).
+librdkafka's bindings) in its older generations. Measured on the graph consumer applying 50k
+events, the two policies in alternation, three runs each: ~25% less CPU per event with this one.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ MAX_WRITE_ATTEMPTS = 8
 # all find a list missing waits for one rebuild instead of each querying the store.
 REBUILD_LEASE_S = 10
 REBUILD_WAIT_S = 2.0
-PARSED_INDEXES = 1 << 16  # a few MB at most: an index is tens of bytes (~4 per 64 KB shard)
+# Remembered index parses: ~45 MB when full (measured with tracemalloc; raw bytes, parsed tuple).
+PARSED_INDEXES = 1 << 16
 T = TypeVar("T")
 
 
