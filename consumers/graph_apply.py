@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import repeat
 
 from consumers.positions import Positioned
@@ -42,8 +42,8 @@ class Recorded:
 
     changes: int
     current: list[EdgeChange]  # the stored state of their edge now: their tokens are appended
-    removals: int = 0
-    stale: set[ListRef] = field(default_factory=set)  # lists to drop and rebuild instead
+    removals: int
+    stale: set[ListRef]  # lists to drop and rebuild instead
 
 
 class GraphApplier:
@@ -73,15 +73,15 @@ class GraphApplier:
             elif isinstance(event, UserRemoved):
                 removals.append((event.user, item.pos))
 
-        recorded = Recorded(len(changes), self.store.apply(changes) if changes else [])
+        current = self.store.apply(changes) if changes else []
+        stale: set[ListRef] = set()
         for user, pos in removals:
             removed = self.store.remove_user(user, pos)
-            recorded.stale.update(ListRef(kind, user) for kind in ListKind)
-            recorded.stale.update(ListRef(ListKind.FOLLOWING, u) for u in removed.followers)
-            recorded.stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
-            recorded.stale.update(ListRef(ListKind.FOLLOWERS, u) for u in removed.following)
-            recorded.removals += 1
-        return recorded
+            stale.update(ListRef(kind, user) for kind in ListKind)
+            stale.update(ListRef(ListKind.FOLLOWING, u) for u in removed.followers)
+            stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
+            stale.update(ListRef(ListKind.FOLLOWERS, u) for u in removed.following)
+        return Recorded(len(changes), current, len(removals), stale)
 
     def update_lists(self, recorded: Recorded) -> None:
         """Tokens grouped per list by user first, so a list reference is made once per list
@@ -94,5 +94,6 @@ class GraphApplier:
         tokens = {ListRef(ListKind.FOLLOWERS, user): ops for user, ops in followers.items()}
         tokens.update({ListRef(ListKind.FOLLOWING, user): ops for user, ops in following.items()})
         self.lists.apply(tokens)
-        recorded.stale.update(map(ListRef, repeat(ListKind.TIMELINE), following))
-        self.lists.invalidate(recorded.stale)
+        self.lists.invalidate(
+            recorded.stale.union(map(ListRef, repeat(ListKind.TIMELINE), following))
+        )

@@ -329,7 +329,8 @@ class ListStore(TokenLists):
         members: dict[ListRef, list[str]] = {}
         shards: dict[ListRef, dict[bytes, bytes]] = {}
         indexes: dict[bytes, bytes] = {}
-        for ref, key in zip(refs, self.index_keys(refs), strict=True):
+        keys = self.index_keys(refs)
+        for ref, key in zip(refs, keys, strict=True):
             members[ref] = sorted(self.source.all_members(ref))
             gen = secrets.token_hex(4)
             chunks = self._chunk(encode_members(members[ref]))
@@ -341,8 +342,8 @@ class ListStore(TokenLists):
         committed = self.cache.add_many(indexes)
         result: dict[ListRef, frozenset[str] | None] = {}
         orphans: list[bytes] = []
-        for ref in refs:
-            if committed[self.index_key(ref)]:
+        for ref, key in zip(refs, keys, strict=True):
+            if committed[key]:
                 result[ref] = frozenset(members[ref])
                 self.stats.rebuilds += 1
             else:  # lost the ADD race: our shards are orphans
