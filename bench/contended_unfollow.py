@@ -78,7 +78,7 @@ def _tombstones(s: Settings, seconds: float) -> Row:
         lists = wiring.list_store(s, wiring.edge_store(s))
 
         def op(member: str, add: bool) -> int:
-            lists.apply({ref: [(add, member)]})
+            lists.apply({ref: [(add, member, time.time_ns())]})
             return 0
 
         return op
@@ -87,7 +87,7 @@ def _tombstones(s: Settings, seconds: float) -> Row:
 
 
 def _cas_loop(s: Settings, seconds: float) -> Row:
-    key = f"{s.cache_prefix}:caslist".encode()
+    key = f"{s.cache_prefix}|caslist".encode()
     MemcacheCluster(s.memcached_servers).add_many({key: b","})
 
     def make(_w: int) -> object:
@@ -95,10 +95,11 @@ def _cas_loop(s: Settings, seconds: float) -> Row:
 
         def op(member: str, add: bool) -> int:
             for retries in range(MAX_CAS_RETRIES):
-                value, cas_id = cache.gets_many([key])[key]
+                value, cas_id, _ = cache.gets_many([key])[key]
                 members = set(value.decode().strip(",").split(",")) - {""}
                 (members.add if add else members.discard)(member)
-                if cache.cas(key, ("," + ",".join(sorted(members)) + ",").encode(), cas_id):
+                new = ("," + ",".join(sorted(members)) + ",").encode()
+                if cache.cas(key, new, cas_id).ok:
                     return retries
             return -1
 

@@ -92,7 +92,7 @@ def _one(s: Settings, n: int, lists: str) -> Row:
 class _StoreOnly(GraphApplier):
     def apply(self, batch: Sequence[Positioned]) -> GraphBatchResult:
         recorded = self.record(batch)
-        return GraphBatchResult(recorded.changes, len(recorded.current), recorded.removals)
+        return GraphBatchResult(recorded.changes, len(recorded.live), recorded.removals)
 
 
 class _Nothing:

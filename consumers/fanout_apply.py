@@ -34,7 +34,8 @@ FANOUT_EVENTS = (Post, FanoutTask)
 @dataclass
 class FanoutStats:
     posts: int = 0
-    deliveries: int = 0
+    deliveries: int = 0  # timeline appends made (the timeline was cached)
+    skipped: int = 0  # deliveries to timelines not in the cache: regenerated on their next read
     chunks_published: int = 0
     celebrity_posts: int = 0
     latencies_ms: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
@@ -71,7 +72,13 @@ class FanoutApplier:
             elif isinstance(event, FanoutTask):
                 chunks.append(event)
         if posts:
-            self.store.store_posts(posts)
+            # The stored time is the post's time: a post published twice with a new ``ts`` is
+            # delivered as the same timeline entry as the first time.
+            stored = self.store.store_posts(posts)
+            posts = [
+                PostRecord(p.author, p.post_id, stored.get((p.author, p.post_id), p.ts), p.text)
+                for p in posts
+            ]
         deliveries: list[tuple[bytes, Sequence[str]]] = []
         delivered_posts: list[int] = []
         celebrities: set[str] = set()
@@ -91,8 +98,11 @@ class FanoutApplier:
         if celebrities:  # durable before the commit: readers merge their posts from now on
             self.store.add_celebrities(celebrities)
         self._confirm_chunks()
+        appended, skipped = self.timelines.stats.appends, self.timelines.stats.skipped_absent
         self.timelines.deliver(deliveries)
-        self._account(posts, deliveries, delivered_posts)
+        self.stats.deliveries += self.timelines.stats.appends - appended
+        self.stats.skipped += self.timelines.stats.skipped_absent - skipped
+        self._account(posts, delivered_posts)
 
     def _followers(self, posts: list[PostRecord]) -> list[tuple[PostRecord, frozenset[str]]]:
         refs = [ListRef(ListKind.FOLLOWERS, p.author) for p in posts]
@@ -118,13 +128,7 @@ class FanoutApplier:
         if not report.ok:  # transient for the loop: the batch is retried, never committed
             raise PublishError(report)
 
-    def _account(
-        self,
-        posts: list[PostRecord],
-        deliveries: list[tuple[bytes, Sequence[str]]],
-        delivered_posts: list[int],
-    ) -> None:
+    def _account(self, posts: list[PostRecord], delivered_posts: list[int]) -> None:
         now_ms = time.time_ns() // 1_000_000
         self.stats.posts += len(posts)
-        self.stats.deliveries += sum(len(followers) for _, followers in deliveries)
         self.stats.latencies_ms.extend(now_ms - ts for ts in delivered_posts)

@@ -1,12 +1,21 @@
-"""Applying graph events: the edge store first, then the memcached lists.
+"""Applying graph events: the edge store first, then the memcached lists, then a confirmation.
 
-Tokens are appended only for changes that are the stored state of their edge after the write. A
-stale event (older than what the store holds) appends nothing, so a replay from the beginning
-never makes a list regress, not even for a moment; a redelivered event is still current and
-re-appends its token, which is how a crash between store and lists is repaired.
+Every token carries the position of its event, and a list member's state is its token with the
+greatest position (graph/tokens.py), so tokens commute: a replay, a redelivery, a zombie consumer
+or a consumer of another partition may append in any order and the list still decodes to the
+newest state it was told. A token is appended for every change the store did not refuse, stale
+or not: a stale token loses to the newer one wherever both are.
 
-A removed user's lists and the lists of every neighbour are invalidated rather than patched: the
-removal races follows in other partitions, and a rebuild from the store is right by construction.
+One case is left, and it is closed here: a stale *addition* landing in a generation that was
+rebuilt from the store after the newer *removal* (a rebuild writes members, not tombstones). So
+after appending, the applier reads back every addition it appended and, where the store now
+holds the edge switched off at a newer position, appends that removal: it lands after the
+stale addition in whatever generation is current, and wins by position. Removals need no such
+check: a rebuild writes every member with its position, so a stale removal always loses.
+
+A ``user_removed`` event appends ``-user`` (at the removal's position) to each neighbour's list
+instead of dropping those lists: a removal costs a celebrity's follower list one token, not a
+rebuild. The removed user's own lists are dropped (fenced, graph/fencing.py).
 
 A follow or unfollow also invalidates the follower's home timeline, after the follower lists are
 updated: a timeline is "the newest posts of the authors followed now", and regenerating it is the
@@ -18,8 +27,8 @@ read-time filter covers the moment in between.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from itertools import repeat
 
 from consumers.positions import Positioned
@@ -27,6 +36,7 @@ from graph import EdgeChange, EdgeStore, ListKind, ListRef, ListStore
 from schemas import Follow, Unfollow, UserRemoved
 
 GRAPH_EVENTS = (Follow, Unfollow, UserRemoved)
+Ops = dict[ListRef, list[tuple[bool, str, int]]]
 
 
 @dataclass(slots=True)
@@ -34,6 +44,7 @@ class GraphBatchResult:
     changes: int
     current: int
     removals: int
+    corrections: int = 0
 
 
 @dataclass(slots=True)
@@ -41,9 +52,10 @@ class Recorded:
     """What a batch did to the edge store, and so what its lists need."""
 
     changes: int
-    current: list[EdgeChange]  # the stored state of their edge now: their tokens are appended
+    live: list[EdgeChange]  # not refused by the store: their tokens are appended
     removals: int
-    stale: set[ListRef]  # lists to drop and rebuild instead
+    removed_ops: Ops = field(default_factory=dict)  # "-user" for each removed user's neighbours
+    stale: set[ListRef] = field(default_factory=set)  # lists to drop and rebuild instead
 
 
 class GraphApplier:
@@ -55,11 +67,13 @@ class GraphApplier:
 
     def apply(self, batch: Sequence[Positioned]) -> GraphBatchResult:
         recorded = self.record(batch)
-        self.update_lists(recorded)
-        return GraphBatchResult(recorded.changes, len(recorded.current), recorded.removals)
+        corrections = self.update_lists(recorded)
+        return GraphBatchResult(
+            recorded.changes, len(recorded.live), recorded.removals, corrections
+        )
 
     def record(self, batch: Sequence[Positioned]) -> Recorded:
-        """The edge store's part, which comes first (see graph/lists.py)."""
+        """The edge store's part, which comes first (see graph/fencing.py)."""
         changes: list[EdgeChange] = []
         removals: list[tuple[str, int]] = []
         for item in batch:
@@ -73,27 +87,71 @@ class GraphApplier:
             elif isinstance(event, UserRemoved):
                 removals.append((event.user, item.pos))
 
-        current = self.store.apply(changes) if changes else []
-        stale: set[ListRef] = set()
+        live = self.store.apply(changes) if changes else []
+        recorded = Recorded(len(changes), live, len(removals))
         for user, pos in removals:
             removed = self.store.remove_user(user, pos)
-            stale.update(ListRef(kind, user) for kind in ListKind)
-            stale.update(ListRef(ListKind.FOLLOWING, u) for u in removed.followers)
-            stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
-            stale.update(ListRef(ListKind.FOLLOWERS, u) for u in removed.following)
-        return Recorded(len(changes), current, len(removals), stale)
+            recorded.stale.update(ListRef(kind, user) for kind in ListKind)
+            recorded.stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
+            for follower in removed.followers:
+                recorded.removed_ops.setdefault(ListRef(ListKind.FOLLOWING, follower), []).append(
+                    (False, user, pos)
+                )
+            for followee in removed.following:
+                recorded.removed_ops.setdefault(ListRef(ListKind.FOLLOWERS, followee), []).append(
+                    (False, user, pos)
+                )
+        return recorded
 
-    def update_lists(self, recorded: Recorded) -> None:
-        """Tokens grouped per list by user first, so a list reference is made once per list
-        rather than per change."""
-        followers: dict[str, list[tuple[bool, str]]] = defaultdict(list)
-        following: dict[str, list[tuple[bool, str]]] = defaultdict(list)
-        for change in recorded.current:
-            followers[change.followee].append((change.active, change.follower))
-            following[change.follower].append((change.active, change.followee))
-        tokens = {ListRef(ListKind.FOLLOWERS, user): ops for user, ops in followers.items()}
-        tokens.update({ListRef(ListKind.FOLLOWING, user): ops for user, ops in following.items()})
-        self.lists.apply(tokens)
+    def update_lists(self, recorded: Recorded) -> int:
+        """Tokens, invalidations, then the confirmation of additions; returns how many
+        corrections the confirmation appended."""
+        ops = _ops(recorded.live)
+        for ref, removed in recorded.removed_ops.items():
+            ops.setdefault(ref, []).extend(removed)
+        self.lists.apply(ops)
+        appended = set(ops) - self.lists.skipped
+        followers_changed = {c.follower for c in recorded.live}
         self.lists.invalidate(
-            recorded.stale.union(map(ListRef, repeat(ListKind.TIMELINE), following))
+            recorded.stale.union(map(ListRef, repeat(ListKind.TIMELINE), followers_changed))
         )
+        return self._confirm(
+            [
+                c
+                for c in recorded.live
+                if c.active
+                and (
+                    ListRef(ListKind.FOLLOWERS, c.followee) in appended
+                    or ListRef(ListKind.FOLLOWING, c.follower) in appended
+                )
+            ]
+        )
+
+    def _confirm(self, additions: list[EdgeChange]) -> int:
+        """Read back what the store holds for each appended addition (after the append, which
+        is what makes this right: see the module docstring) and append the newer removal
+        where there is one."""
+        if not additions:
+            return 0
+        stored = self.store.positions([c.edge for c in additions])
+        superseded = [
+            EdgeChange(c.follower, c.followee, False, state.pos)
+            for c in additions
+            if (state := stored.get(c.edge)) is not None and not state.active and state.pos > c.pos
+        ]
+        if superseded:
+            self.lists.apply(_ops(superseded))
+        return len(superseded)
+
+
+def _ops(changes: Iterable[EdgeChange]) -> Ops:
+    """Tokens grouped per list by user first, so a list reference is made once per list rather
+    than per change."""
+    followers: dict[str, list[tuple[bool, str, int]]] = defaultdict(list)
+    following: dict[str, list[tuple[bool, str, int]]] = defaultdict(list)
+    for change in changes:
+        followers[change.followee].append((change.active, change.follower, change.pos))
+        following[change.follower].append((change.active, change.followee, change.pos))
+    ops: Ops = {ListRef(ListKind.FOLLOWERS, user): o for user, o in followers.items()}
+    ops.update({ListRef(ListKind.FOLLOWING, user): o for user, o in following.items()})
+    return ops

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     )
     cache_prefix: str = Field("tf", description="memcached key namespace")
     timeline_max: int = Field(800, ge=1, description="entries kept per home timeline")
+    cache_heal_s: int = Field(
+        3600,
+        ge=1,
+        le=7 * 86400,
+        description="every cached list expires within this (±10%) and is rebuilt from the store",
+    )
     # Below ~10k followers one consumer delivers a post faster (~20 ms) than a round trip of
     # chunk tasks through Kafka takes (bench/fanout_rate.py); the schema caps a chunk at 10k.
     chunk_size: int = Field(10_000, ge=1, le=10_000, description="followers per fan-out task chunk")

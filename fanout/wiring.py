@@ -33,6 +33,7 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
         dirty_min=settings.list_dirty_min,
         compact_write_prob=settings.list_compact_write_prob,
         namespace=settings.cache_prefix,
+        heal_s=settings.cache_heal_s,
         max_members=cap,
     )
 

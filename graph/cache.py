@@ -7,7 +7,7 @@ same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
 Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
-graph/memcache_pipe.py for why); the single-key CAS and FLUSH through pymemcache.
+graph/memcache_pipe.py for why); FLUSH through pymemcache.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, eq, mod, mul, not_
+from operator import add, eq, mod, mul
 from typing import Any, TypeVar
 
 import mmh3
@@ -25,14 +25,17 @@ from pymemcache.exceptions import MemcacheError
 
 from graph.memcache_pipe import (
     CacheUnavailable,
+    Item,
+    Outcome,
     ServerPipe,
+    cas_pipeline,
     line_pipeline,
     meta_get_pipeline,
     same_value_pipeline,
     store_pipeline,
 )
 
-__all__ = ["PIPELINE", "CacheUnavailable", "MemcacheCluster", "RendezvousRing"]
+__all__ = ["PIPELINE", "CacheUnavailable", "Item", "MemcacheCluster", "Outcome", "RendezvousRing"]
 
 # memcached stops reading a connection whose replies are not being read, so one huge write
 # would deadlock against its own replies: pipelines are cut at this many commands.
@@ -41,6 +44,12 @@ PIPELINE = 2000
 # while the client reads and builds, and bound unread replies to a few tens of KB.
 WINDOW = 2
 T = TypeVar("T")
+
+
+def keep_ttl(ttl: int) -> int:
+    """The expiry to write back for an item read with ``ttl`` seconds left (-1: none), so that
+    a rewrite (CAS) never extends an item's life."""
+    return 0 if ttl < 0 else max(ttl, 1)
 
 
 class RendezvousRing:
@@ -164,62 +173,84 @@ class MemcacheCluster:
             client.close()
             raise CacheUnavailable(f"memcached {server}: {exc}") from exc
 
-    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, tuple[bytes, bytes]]:
-        """Values with their CAS ids (for reads that may turn into a compaction); a missing
-        key is left out."""
+    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
+        """Items with their CAS ids and time to live (for reads that may turn into a compaction
+        or a commit); a missing key is left out."""
         job = _Job(meta_get_pipeline, list(dict.fromkeys(keys)), values=True)
-        found: dict[bytes, tuple[bytes, bytes]] = {}
+        found: dict[bytes, Item] = {}
         for _, _, mine, replies in self._pipelined([job]):
             found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
         return found
 
     def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
-        return {key: value for key, (value, _) in self.gets_many(keys).items()}
+        return {key: item.value for key, item in self.gets_many(keys).items()}
+
+    def _outcomes(self, job: _Job) -> dict[bytes, Outcome]:
+        found: dict[bytes, Outcome] = {}
+        for _, pipe, keys, replies in self._pipelined([job]):
+            found.update(zip(keys, pipe.outcomes(replies, len(keys)), strict=True))
+        return found
 
     def _store(
         self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0
-    ) -> dict[bytes, bool]:
+    ) -> dict[bytes, Outcome]:
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
             return store_pipeline(command, keys, data, expire)
 
-        job = _Job(build, list(values), (list(values.values()),))
-        stored: dict[bytes, bool] = {}
-        for _, pipe, keys, replies in self._pipelined([job]):
-            stored.update(zip(keys, pipe.stored(replies, len(keys)), strict=True))
-        return stored
+        return self._outcomes(_Job(build, list(values), (list(values.values()),)))
 
-    def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, bool]:
-        """True where the key was created; False where it already existed."""
+    def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
+        """STORED where the key was created; NOT_STORED where it already existed."""
         return self._store(b"add", values, expire)
 
-    def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, bool]:
-        """False is NOT_STORED: the key is missing *or* the item would pass the size limit."""
+    def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, Outcome]:
+        """NOT_STORED: the key is missing; TOO_LARGE: the item would pass the size limit
+        (memcached also answers NOT_STORED for that when the item is already near the limit,
+        so a NOT_STORED item may still exist: ``exists_many`` tells)."""
         return self._store(b"append", values)
 
     def append_to_each(
         self, groups: Sequence[tuple[bytes, Sequence[bytes]]]
-    ) -> list[tuple[int, bytes]]:
+    ) -> list[tuple[int, bytes, Outcome]]:
         """APPEND each group's value to every key of the group (a post to its followers'
-        timelines), all groups in one pipelined exchange: ``(group, key)`` for each append
-        answered NOT_STORED, as in ``append_many``."""
+        timelines), all groups in one pipelined exchange: ``(group, key, outcome)`` for each
+        append that was not stored, as in ``append_many``."""
 
         def building(value: bytes) -> Callable[[list[bytes]], bytes]:
             return lambda mine: same_value_pipeline(b"append", mine, value)
 
         jobs = [_Job(building(value), keys) for value, keys in groups]
-        refused: list[tuple[int, bytes]] = []
+        refused: list[tuple[int, bytes, Outcome]] = []
         for index, pipe, mine, replies in self._pipelined(jobs):
-            stored = pipe.stored(replies, len(mine))
-            refused += zip(repeat(index), compress(mine, map(not_, stored)))
+            outcomes = pipe.outcomes(replies, len(mine))
+            refused += [(index, k, o) for k, o in zip(mine, outcomes, strict=True) if not o.ok]
         return refused
 
-    def set_many(self, values: Mapping[bytes, bytes]) -> None:
-        self._store(b"set", values)
+    def set_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
+        return self._store(b"set", values, expire)
 
-    def cas(self, key: bytes, value: bytes, cas_id: bytes) -> bool | None:
-        """True stored, False lost the race, None the key is gone."""
-        result: bool | None = self._call(self.server_for(key), "cas", key, value, cas_id, 0, False)
-        return result
+    def cas_many(
+        self, values: Mapping[bytes, tuple[bytes, bytes]], expire: int | Mapping[bytes, int] = 0
+    ) -> dict[bytes, Outcome]:
+        """``{key: (value, cas id)}``: STORED, EXISTS (changed since it was read), NOT_FOUND
+        (gone) or TOO_LARGE, per key. ``expire``: one for all, or one per key."""
+        keys = list(values)
+        expires = [expire] * len(keys) if isinstance(expire, int) else [expire[k] for k in keys]
+        pairs = list(values.values())
+        columns = ([v for v, _ in pairs], [c for _, c in pairs], expires)
+        return self._outcomes(_Job(cas_pipeline, keys, columns))
+
+    def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome:
+        return self.cas_many({key: (value, cas_id)}, expire)[key]
+
+    def delete_if_unchanged(self, items: Mapping[bytes, bytes]) -> dict[bytes, Outcome]:
+        """``{key: cas id}``: delete each item only if it is still the one that was read (meta
+        delete with C): a reader that found a list broken must not drop a newer, good one."""
+
+        def build(keys: list[bytes], ids: list[bytes]) -> bytes:
+            return line_pipeline(b"md", keys, [b" C" + c for c in ids])
+
+        return self._outcomes(_Job(build, list(items), (list(items.values()),)))
 
     def _lines(self, command: bytes, args: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
@@ -236,6 +267,10 @@ class MemcacheCluster:
         """New values, None where the counter does not exist."""
         replies = self._lines(b"incr", {k: b" %d" % d for k, d in deltas.items()})
         return {k: None if v == b"NOT_FOUND" else int(v) for k, v in replies.items()}
+
+    def decr_many(self, deltas: Mapping[bytes, int]) -> None:
+        """Counters shrunk (memcached stops at 0); a missing one stays missing."""
+        self._lines(b"decr", {k: b" %d" % d for k, d in deltas.items()})
 
     def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
         """Meta get without flags: a hit (HD) or a miss (EN), no value sent, and the item's

@@ -1,20 +1,25 @@
 """Capped lists (home timelines) in a single item each: the seeds' simple list.
 
 A capped list never outgrows one memcached item (800 entries of at most ~145 bytes), so it
-needs no index and no shards: a delivery is one APPEND to ``{ns}:tl:{user}``, pipelined per
-server, which is as close to the raw limit as a fan-out can get. The rest is the same machinery
-as the sharded lists: created with ADD by a reader's rebuild under a lease, compacted (and
-trimmed to the cap) with gets/cas, writes to an absent list skipped.
+needs no index and no shards: a delivery is one APPEND to ``{ns}|tl|{user}``, pipelined per
+server, which is as close to the raw limit as a fan-out can get. The item is its own head for
+the fence (graph/fencing.py): a rebuild ADDs it holding only a marker token, deliveries append
+after the marker as to any timeline, and the commit CASes in the regenerated entries followed
+by whatever was appended meanwhile.
 
-memcached answers NOT_STORED to an APPEND both when the item is missing and when it would pass
-the item size limit; a meta get tells them apart. Too big means compact (trim) now, then append.
+memcached answers NOT_STORED to an APPEND both when the item is missing and (near the limit)
+when it would pass the item size limit; a meta get tells them apart. Too big means trim now
+(compaction keeps the newest ``max_members``), then append.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from graph.lists import ListKind, ListRef, TokenLists, _Pending
+from graph import fencing
+from graph.cache import Item, Outcome, keep_ttl
+from graph.keys import ListKind, ListRef
+from graph.lists import Pending, Snapshot, TokenLists
 from graph.tokens import CorruptList, compact_shards, decode, encode_members
 
 
@@ -25,86 +30,108 @@ class CappedListStore(TokenLists):
         per post, not per follower. Refused appends (timeline absent, or full) go through the
         same retry rounds as ``append_tokens``."""
         self._skipped = set()
-        keys = [self.keys_for(ListKind.TIMELINE, users) for _, users in posts]
-        failed = self.cache.append_to_each(
+        keys = [self.keys.list_keys(ListKind.TIMELINE, users) for _, users in posts]
+        refused = self.cache.append_to_each(
             [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
         )
-        self.stats.appends += sum(map(len, keys)) - len(failed)
-        refused: dict[bytes, _Pending] = {}
+        self.stats.appends += sum(map(len, keys)) - len(refused)
+        pending: dict[bytes, Pending] = {}
         users_of: dict[int, dict[bytes, str]] = {}
-        for index, key in failed:
+        for index, key, _ in refused:
             data, users = posts[index]
-            if key in refused:  # two posts to one absent timeline: one pending write
-                refused[key].tokens += data
+            if key in pending:  # two posts to one refused timeline: one pending write
+                pending[key].tokens += data
                 continue
             if index not in users_of:
                 users_of[index] = dict(zip(keys[index], users, strict=True))
-            refused[key] = _Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
-        self._settle(list(refused.values()))
+            pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
+        self._settle(list(pending.values()))
         self._compact_written(
             ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
         )
 
-    def _build_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
-        members = {ref: sorted(self.source.all_members(ref)) for ref in refs}
-        values = {self.index_key(ref): encode_members(members[ref]) for ref in refs}
-        added = self.cache.add_many(values)
-        result: dict[ListRef, frozenset[str] | None] = {}
-        for ref in refs:
-            committed = added[self.index_key(ref)]
-            result[ref] = frozenset(members[ref]) if committed else None
-            self.stats.rebuilds += committed
-        return result
+    # -- rebuilds ----------------------------------------------------------------------------
+
+    def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
+        return fencing.claim(self.cache, {k: fencing.timeline_marker(g) for k, g in gens.items()})
+
+    def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
+        def finishing(gen: bytes, snapshot: Snapshot) -> Callable[[bytes], bytes | None]:
+            marker = fencing.timeline_marker(gen)
+            rebuilt = encode_members(snapshot.members)
+
+            def finish(current: bytes) -> bytes | None:
+                if not current.startswith(marker):
+                    return None
+                (value,) = compact_shards(
+                    [rebuilt + current[len(marker) :]], self.settings.max_members
+                )
+                return value
+
+            return finish
+
+        finishing_all = {key: finishing(gen, snap) for key, (gen, snap) in builds.items()}
+        return fencing.commit(self.cache, finishing_all, self.head_expiry())
+
+    # -- reads -------------------------------------------------------------------------------
 
     def _read_round(
         self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
-    ) -> list[ListRef]:
+    ) -> tuple[list[ListRef], list[ListRef], list[ListRef]]:
         keys = dict(zip(refs, self.index_keys(refs), strict=True))
         found = self.cache.gets_many(keys.values())
-        missing = [ref for ref in refs if keys[ref] not in found]
-        again = []
-        for ref, built in self.rebuild_many(missing).items():
-            if built is None:
-                again.append(ref)
-            else:
-                result[ref] = built
-        broken = []
+        absent: list[ListRef] = []
+        building: list[ListRef] = []
+        broken: dict[bytes, bytes] = {}
         for ref in refs:
-            if (item := found.get(keys[ref])) is None:
+            item = found.get(keys[ref])
+            if item is None:
+                absent.append(ref)
+                continue
+            if fencing.timeline_building(item.value):
+                building.append(ref)
                 continue
             try:
-                decoded = decode([item[0]])
+                decoded = decode([item.value])
             except CorruptList:
-                broken.append(ref)
+                broken[keys[ref]] = item.cas
                 continue
             result[ref] = decoded.members
             if self._is_dirty(decoded):
                 self._compact(keys[ref], item)
-        self.invalidate(broken)
-        return again + broken
+        fencing.drop_if_unchanged(self.cache, broken)
+        self.stats.invalidations += len(broken)
+        return absent, building, [ref for ref in refs if keys[ref] in broken]
 
-    def _compact(self, key: bytes, item: tuple[bytes, bytes]) -> bool:
-        value, cas_id = item
-        (compacted,) = compact_shards([value], self.settings.max_members)
-        if self.cache.cas(key, compacted, cas_id):
+    def _compact(self, key: bytes, item: Item) -> bool:
+        (compacted,) = compact_shards([item.value], self.settings.max_members)
+        if self.cache.cas(key, compacted, item.cas, keep_ttl(item.ttl)) is Outcome.STORED:
             self.stats.compactions += 1
             return True
         self.stats.compactions_lost += 1  # a write won the race: it survives, we give up
         return False
 
-    def _write_round(self, pending: list[_Pending]) -> list[_Pending]:
+    # -- writes ------------------------------------------------------------------------------
+
+    def _write_round(self, pending: list[Pending]) -> list[Pending]:
         by_key = {p.key: p for p in pending}
-        stored = self.cache.append_many({k: p.tokens for k, p in by_key.items()})
-        failed = [k for k, ok in stored.items() if not ok]
-        self.stats.appends += len(stored) - len(failed)
-        again: list[_Pending] = []
-        absent: list[_Pending] = []
-        for key, exists in self.cache.exists_many(failed).items():
-            if not exists:
-                absent.append(by_key[key])
-                continue
-            item = self.cache.gets_many([key]).get(key)  # too big: trim it, then append again
-            if item is not None:
+        outcomes = self.cache.append_many({k: p.tokens for k, p in by_key.items()})
+        refused = [k for k, outcome in outcomes.items() if not outcome.ok]
+        self.stats.appends += len(outcomes) - len(refused)
+        present = self.cache.exists_many(refused)
+        full = [k for k in refused if present[k]]
+        for key in refused:
+            if not present[key]:
+                self._skip(by_key[key])
+        items = self.cache.gets_many(full)
+        building: list[bytes] = []
+        for key in full:  # too big: trim it, then append again
+            item = items.get(key)
+            if item is not None and fencing.timeline_building(item.value):
+                building.append(key)  # a build this full is dropped; its reader starts over
+            elif item is not None:
                 self._compact(key, item)
-            again.append(by_key[key])
-        return again + self._skip_absent(absent)
+        fencing.invalidate(self.cache, building)
+        for key in building:
+            self._skip(by_key[key])
+        return [by_key[k] for k in full if k not in building]

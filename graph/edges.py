@@ -14,9 +14,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from graph.lists import ListKind, ListRef
-
-PAGE = 5000
+from graph.keys import ListRef
+from graph.lists import Snapshot
 
 
 class EdgeChange(NamedTuple):
@@ -31,6 +30,13 @@ class EdgeChange(NamedTuple):
     @property
     def edge(self) -> tuple[str, str]:
         return (self.follower, self.followee)
+
+
+class EdgeState(NamedTuple):
+    """What the store holds for one edge."""
+
+    active: bool
+    pos: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +92,23 @@ def prepare(
 
 class EdgeStore(Protocol):
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
-        """Write a batch; return the changes that are now the stored state of their edge
-        (newly applied, or already applied by an earlier delivery of the same event)."""
+        """Write a batch (each edge only where the change is newer than what is stored);
+        return the changes that were not refused for being older than a removal of one of
+        their users. Atomic with respect to removals: a follow older than a removal never
+        stays active, whichever commits first."""
         ...
 
-    def remove_user(self, user: str, pos: int) -> RemovedUser: ...
+    def positions(self, edges: Sequence[tuple[str, str]]) -> dict[tuple[str, str], EdgeState]:
+        """What the store holds now for each ``(follower, followee)``; absent edges left out."""
+        ...
+
+    def remove_user(self, user: str, pos: int) -> RemovedUser:
+        """Idempotent: a second call with the same position names the same neighbours."""
+        ...
+
+    def snapshot(self, ref: ListRef) -> Snapshot:
+        """A follower or following list with each member's position."""
+        ...
 
     def followers(
         self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
@@ -108,8 +126,10 @@ class EdgeStore(Protocol):
         """Every user with at least one active edge, in either direction."""
         ...
 
-    def store_posts(self, posts: Sequence[PostRecord]) -> None:
-        """Idempotent: storing a post again changes nothing."""
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
+        """Idempotent: storing a post again changes nothing. Returns each post's stored time
+        by ``(author, post_id)``: the first one stored wins, so a post published twice with a
+        new ``ts`` is still one timeline entry."""
         ...
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
@@ -127,26 +147,11 @@ class EdgeStore(Protocol):
     def close(self) -> None: ...
 
 
-class PagedMembers(abc.ABC):
-    """``all_members`` for any store, built from its paginated queries."""
+class StoreQueries(abc.ABC):
+    """What every store derives from its own ``snapshot``."""
 
     @abc.abstractmethod
-    def followers(
-        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
-    ) -> list[str]: ...
-
-    @abc.abstractmethod
-    def following(
-        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
-    ) -> list[str]: ...
+    def snapshot(self, ref: ListRef) -> Snapshot: ...
 
     def all_members(self, ref: ListRef) -> list[str]:
-        query = self.followers if ref.kind is ListKind.FOLLOWERS else self.following
-        members: list[str] = []
-        after = None
-        while True:
-            page = query(ref.user, after=after, limit=PAGE)
-            members += page
-            if len(page) < PAGE:
-                return members
-            after = page[-1]
+        return self.snapshot(ref).members

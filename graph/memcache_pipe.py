@@ -12,18 +12,54 @@ order, so a reply needs no key to be matched).
 
 from __future__ import annotations
 
+import enum
 import socket
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 STORED = b"STORED\r\n"
-NOT_STORED = b"NOT_STORED"
-STORE_REPLIES = frozenset({b"STORED", NOT_STORED})
+TOO_LARGE = b"SERVER_ERROR object too large for cache"
+
+
+class Outcome(enum.Enum):
+    """What memcached did with one write: a typed answer, because the callers' fencing turns on
+    telling these apart (a lost CAS race is not a vanished item, a refused APPEND is not a full
+    one)."""
+
+    STORED = "STORED"  # written (for a meta delete: deleted)
+    NOT_STORED = "NOT_STORED"  # ADD: the key exists; APPEND: the key is missing
+    EXISTS = "EXISTS"  # CAS / fenced delete: someone changed the item since it was read
+    NOT_FOUND = "NOT_FOUND"  # CAS / fenced delete: the item is gone
+    TOO_LARGE = "TOO_LARGE"  # the item would pass the server's item size limit
+
+    @property
+    def ok(self) -> bool:
+        return self is Outcome.STORED
+
+
+_OUTCOMES = {
+    b"STORED": Outcome.STORED,
+    b"NOT_STORED": Outcome.NOT_STORED,
+    b"EXISTS": Outcome.EXISTS,
+    b"NOT_FOUND": Outcome.NOT_FOUND,
+    TOO_LARGE: Outcome.TOO_LARGE,
+    b"HD": Outcome.STORED,  # meta delete: deleted
+    b"EX": Outcome.EXISTS,  # meta delete: CAS mismatch
+    b"NF": Outcome.NOT_FOUND,  # meta delete: no such item
+}
 
 
 class CacheUnavailable(RuntimeError):
     """A memcached server did not answer, or answered out of protocol; nothing about the keys
     on it is known, and the connection is closed so the next call starts clean."""
+
+
+class Item(NamedTuple):
+    """A cached item as a meta get returns it."""
+
+    value: bytes
+    cas: bytes
+    ttl: int  # seconds left; -1: never expires
 
 
 class ServerPipe:
@@ -61,13 +97,13 @@ class ServerPipe:
         self._unread = data.split(b"\n", lines)[-1]  # the next pipeline's first replies
         return data[: len(data) - len(self._unread)]
 
-    def receive_values(self, count: int) -> list[tuple[bytes, bytes] | None]:
-        """The replies to ``count`` meta gets with flags ``v c`` (see ``meta_get_pipeline``):
-        ``(value, cas id)`` for a hit, None for a miss. Values are read by their announced
-        length, so they may hold any bytes."""
+    def receive_values(self, count: int) -> list[Item | None]:
+        """The replies to ``count`` meta gets with flags ``v c t`` (see ``meta_get_pipeline``):
+        an ``Item`` for a hit, None for a miss. Values are read by their announced length, so
+        they may hold any bytes."""
         buf = self._unread
         pos = 0
-        found: list[tuple[bytes, bytes] | None] = []
+        found: list[Item | None] = []
         while len(found) < count:
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
@@ -79,17 +115,18 @@ class ServerPipe:
                 continue
             head = buf[pos:eol].split()
             if (
-                len(head) != 3
+                len(head) != 4
                 or head[0] != b"VA"
                 or not head[1].isdigit()
                 or not head[2].startswith(b"c")
+                or not head[3].startswith(b"t")
             ):
                 self._fail(f"unexpected meta get reply {buf[pos:eol][:200]!r}")
             end = eol + 2 + int(head[1])
             if len(buf) < end + 2:
                 buf, pos = self._more(buf, pos, end + 2 - pos)
                 continue
-            found.append((buf[eol + 2 : end], head[2][1:]))
+            found.append(Item(buf[eol + 2 : end], head[2][1:], int(head[3][1:])))
             pos = end + 2
         self._unread = buf[pos:]
         return found
@@ -125,22 +162,26 @@ class ServerPipe:
         self.close()
         raise CacheUnavailable(f"memcached {self.name}: {reason}")
 
-    def reply_lines(self, replies: bytes) -> list[bytes]:
-        """Reply lines without terminators; an error reply closes the connection and raises."""
+    def reply_lines(self, replies: bytes, allowed: bytes = b"") -> list[bytes]:
+        """Reply lines without terminators; an error reply (other than ``allowed``) closes the
+        connection and raises."""
         lines = replies.split(b"\r\n")[:-1]
         for line in lines:
-            if line.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")):
+            if line.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")) and line != allowed:
                 self._fail(line[:200].decode("ascii", "replace"))
         return lines
 
-    def stored(self, replies: bytes, count: int) -> list[bool]:
-        """Per command of a store pipeline: True STORED, False NOT_STORED."""
+    def outcomes(self, replies: bytes, count: int) -> list[Outcome]:
+        """Per command of a store, CAS or meta-delete pipeline, its outcome. "Object too large"
+        is an answer about the item, not a broken connection (memcached reads and drops the
+        value and goes on), so it is returned, not raised."""
         if replies == STORED * count:  # the common case, checked at C speed
-            return [True] * count
-        lines = self.reply_lines(replies)
-        if not STORE_REPLIES.issuperset(lines):
-            self._fail(f"unexpected store reply in {sorted(set(lines) - STORE_REPLIES)[:3]}")
-        return [line == b"STORED" for line in lines]
+            return [Outcome.STORED] * count
+        lines = self.reply_lines(replies, allowed=TOO_LARGE)
+        try:
+            return [_OUTCOMES[line] for line in lines]
+        except KeyError:
+            self._fail(f"unexpected store reply in {sorted(set(lines) - set(_OUTCOMES))[:3]}")
 
 
 def store_pipeline(
@@ -150,6 +191,17 @@ def store_pipeline(
         [
             b"%s %s 0 %d %d\r\n%s\r\n" % (command, k, expire, len(v), v)
             for k, v in zip(keys, values, strict=True)
+        ]
+    )
+
+
+def cas_pipeline(
+    keys: Sequence[bytes], values: Sequence[bytes], cas_ids: Sequence[bytes], expires: Sequence[int]
+) -> bytes:
+    return b"".join(
+        [
+            b"cas %s 0 %d %d %s\r\n%s\r\n" % (k, e, len(v), c, v)
+            for k, v, c, e in zip(keys, values, cas_ids, expires, strict=True)
         ]
     )
 
@@ -167,5 +219,6 @@ def line_pipeline(command: bytes, keys: Sequence[bytes], rest: Sequence[bytes]) 
 
 
 def meta_get_pipeline(keys: Sequence[bytes]) -> bytes:
-    """``mg key v c`` per key: one reply per key, in order, with the value and its CAS id."""
-    return b"mg " + b" v c\r\nmg ".join(keys) + b" v c\r\n"
+    """``mg key v c t`` per key: one reply per key, in order, with the value, its CAS id and
+    its remaining time to live."""
+    return b"mg " + b" v c t\r\nmg ".join(keys) + b" v c t\r\n"

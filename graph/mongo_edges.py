@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from pymongo import ASCENDING, DESCENDING, UpdateMany, UpdateOne
+from pymongo import ASCENDING, DESCENDING, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
@@ -24,12 +24,15 @@ from pymongo.errors import BulkWriteError
 from graph.edges import (
     EdgeChange,
     EdgeCounts,
-    PagedMembers,
+    EdgeState,
     PostRecord,
     RemovedUser,
+    StoreQueries,
     newest_first,
     prepare,
 )
+from graph.keys import ListKind, ListRef
+from graph.lists import Snapshot
 
 DUPLICATE_KEY = 11000
 FollowingMode = Literal["index", "collection"]
@@ -40,7 +43,7 @@ def _older_than(pos: int) -> dict[str, Any]:
     return {"p": {"$lt": pos}}
 
 
-class MongoEdgeStore(PagedMembers):
+class MongoEdgeStore(StoreQueries):
     def __init__(self, db: Database[Any], following_mode: FollowingMode = "collection") -> None:
         self._db = db
         self._mode = following_mode
@@ -56,20 +59,14 @@ class MongoEdgeStore(PagedMembers):
         # Unique (_f, _t) guards idempotence; (_f, a, _t, _g) makes the active-member queries
         # covered, group filter included.
         self._followers.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
-        self._followers.create_index(
-            [("_f", ASCENDING), ("a", ASCENDING), ("_t", ASCENDING), ("_g", ASCENDING)]
-        )
+        self._followers.create_index([("_f", 1), ("a", 1), ("_t", 1), ("_g", 1), ("p", 1)])
         self._posts.create_index([("a", ASCENDING), ("ts", DESCENDING)])
         self._users.create_index([("celeb", ASCENDING)], sparse=True)
         if self._mode == "collection":
             self._following.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
-            self._following.create_index(
-                [("_f", ASCENDING), ("a", ASCENDING), ("_t", ASCENDING), ("_g", ASCENDING)]
-            )
+            self._following.create_index([("_f", 1), ("a", 1), ("_t", 1), ("_g", 1), ("p", 1)])
         else:
-            self._followers.create_index(
-                [("_t", ASCENDING), ("a", ASCENDING), ("_f", ASCENDING), ("_g", ASCENDING)]
-            )
+            self._followers.create_index([("_t", 1), ("a", 1), ("_f", 1), ("_g", 1), ("p", 1)])
 
     def _removed(self, users: set[str]) -> dict[str, int]:
         docs = self._users.find({"_id": {"$in": sorted(users)}}, {"removed": 1})
@@ -106,39 +103,74 @@ class MongoEdgeStore(PagedMembers):
         return set()
 
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
+        """Without multi-document transactions, removals are made atomic by ordering (the
+        Dekker pattern): a removal records the user as removed, *then* switches edges off; a
+        write upserts its edges, *then* checks for removals. Whichever runs second sees the
+        other's first step, so a follow older than a removal never stays active."""
         live = prepare(changes, self._removed)
         if self._mode == "collection":
             self._bulk(self._following, self._upserts(live, flip=True))
-        refused = self._bulk(self._followers, self._upserts(live, flip=False))
-        current = [c for i, c in enumerate(live) if i not in refused]
-        # A refused write is current only when the stored edge carries this very position
-        # (a redelivery), not a newer one.
-        for i in sorted(refused):
-            c = live[i]
-            doc = self._followers.find_one({"_f": c.followee, "_t": c.follower}, {"p": 1})
-            if doc is not None and doc["p"] == c.pos:
-                current.append(c)
-        return current
+        self._bulk(self._followers, self._upserts(live, flip=False))
+        follows = [c for c in live if c.active]
+        removed = self._removed({u for c in follows for u in c.edge}) if follows else {}
+        late = {
+            c.edge: max(removed.get(c.follower, -1), removed.get(c.followee, -1))
+            for c in follows
+            if c.pos <= max(removed.get(c.follower, -1), removed.get(c.followee, -1))
+        }
+        for (follower, followee), pos in late.items():
+            self._switch_off({"_f": followee, "_t": follower}, pos)
+        return [c for c in live if c.edge not in late]
+
+    def _switch_off(self, edge: dict[str, str], pos: int) -> None:
+        """Switch edges matching ``edge`` (followers-collection fields) off at ``pos`` where
+        they are older, in both collections."""
+        switch = {"$set": {"a": False, "p": pos}}
+        self._followers.update_many({**edge, **_older_than(pos)}, switch)
+        if self._mode == "collection":
+            flipped = {{"_f": "_t", "_t": "_f"}[k]: v for k, v in edge.items()}
+            self._following.update_many({**flipped, **_older_than(pos)}, switch)
+
+    def positions(self, edges: Sequence[tuple[str, str]]) -> dict[tuple[str, str], EdgeState]:
+        by_followee: dict[str, list[str]] = {}
+        for follower, followee in edges:
+            by_followee.setdefault(followee, []).append(follower)
+        found: dict[tuple[str, str], EdgeState] = {}
+        for followee, followers in by_followee.items():
+            docs = self._followers.find(
+                {"_f": followee, "_t": {"$in": followers}}, {"_id": 0, "_t": 1, "a": 1, "p": 1}
+            )
+            found.update(((d["_t"], followee), EdgeState(bool(d["a"]), d["p"])) for d in docs)
+        return found
 
     def remove_user(self, user: str, pos: int) -> RemovedUser:
-        active = {"a": True, **_older_than(pos)}
-        followers = [d["_t"] for d in self._followers.find({"_f": user, **active}, {"_t": 1})]
-        following = [
-            d["_f" if self._mode == "index" else "_t"]
-            for d in self._following.find(
-                {("_t" if self._mode == "index" else "_f"): user, **active}, {"_f": 1, "_t": 1}
-            )
-        ]
-        switch_off = {"$set": {"a": False, "p": pos}}
-        ops = [
-            UpdateMany({"_f": user, **_older_than(pos)}, switch_off),
-            UpdateMany({"_t": user, **_older_than(pos)}, switch_off),
-        ]
-        self._followers.bulk_write(ops, ordered=False)
-        if self._mode == "collection":
-            self._following.bulk_write(ops, ordered=False)
+        """The user is recorded as removed first (see ``apply``); the neighbours are the edges
+        this removal switched off, now or in an earlier attempt, so a retry names them all."""
         self._users.update_one({"_id": user}, {"$max": {"removed": pos}}, upsert=True)
+        self._switch_off({"_f": user}, pos)
+        self._switch_off({"_t": user}, pos)
+        off = {"a": False, "p": pos}
+        followers = [d["_t"] for d in self._followers.find({"_f": user, **off}, {"_t": 1})]
+        if self._mode == "index":
+            found = self._followers.find({"_t": user, **off}, {"_f": 1})
+            following = [d["_f"] for d in found]
+        else:
+            following = [d["_t"] for d in self._following.find({"_f": user, **off}, {"_t": 1})]
         return RemovedUser(tuple(followers), tuple(following))
+
+    def snapshot(self, ref: ListRef) -> Snapshot:
+        if ref.kind is ListKind.FOLLOWERS:
+            collection, key, member = self._followers, "_f", "_t"
+        elif self._mode == "index":
+            collection, key, member = self._followers, "_t", "_f"
+        else:
+            collection, key, member = self._following, "_f", "_t"
+        docs = list(
+            collection.find({key: ref.user, "a": True}, {"_id": 0, member: 1, "p": 1}).sort(
+                member, ASCENDING
+            )
+        )
+        return Snapshot([d[member] for d in docs], [d["p"] for d in docs])
 
     def _page(
         self,
@@ -186,7 +218,7 @@ class MongoEdgeStore(PagedMembers):
         names.update(self._followers.distinct("_t", {"a": True}))
         yield from sorted(names)
 
-    def store_posts(self, posts: Sequence[PostRecord]) -> None:
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
         ops = [
             UpdateOne(
                 {"_id": f"{p.author}/{p.post_id}"},
@@ -196,6 +228,9 @@ class MongoEdgeStore(PagedMembers):
             for p in posts
         ]
         self._bulk(self._posts, ops)  # a concurrent insert of the same post is a duplicate
+        ids = [f"{p.author}/{p.post_id}" for p in posts]
+        docs = self._posts.find({"_id": {"$in": ids}}, {"a": 1, "i": 1, "ts": 1})
+        return {(d["a"], d["i"]): d["ts"] for d in docs}
 
     def recent_posts(self, authors: Iterable[str], limit: int) -> list[PostRecord]:
         wanted = sorted(authors)

@@ -16,12 +16,15 @@ from typing import TypeVar
 from graph.edges import (
     EdgeChange,
     EdgeCounts,
-    PagedMembers,
+    EdgeState,
     PostRecord,
     RemovedUser,
+    StoreQueries,
     newest_first,
     prepare,
 )
+from graph.keys import ListKind, ListRef
+from graph.lists import Snapshot
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS edges (
@@ -32,7 +35,8 @@ CREATE TABLE IF NOT EXISTS edges (
     grp TEXT,
     PRIMARY KEY (followee, follower)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS edges_following ON edges (follower, active, followee, grp);
+DROP INDEX IF EXISTS edges_following;
+CREATE INDEX IF NOT EXISTS edges_following_at ON edges (follower, active, followee, grp, pos);
 CREATE TABLE IF NOT EXISTS users (
     id TEXT PRIMARY KEY,
     removed INTEGER NOT NULL
@@ -58,7 +62,7 @@ WHERE excluded.pos > edges.pos
 """
 
 
-class SqliteEdgeStore(PagedMembers):
+class SqliteEdgeStore(StoreQueries):
     def __init__(self, path: str | Path) -> None:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -90,46 +94,36 @@ class SqliteEdgeStore(PagedMembers):
         return found
 
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
-        live = prepare(changes, self._removed)
+        """One IMMEDIATE transaction: the removal check and the writes see the same state, so
+        a removal committed by another process can never slip in between them."""
         with self._db:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
+            live = prepare(changes, self._removed)
             self._db.executemany(
                 UPSERT, [(c.followee, c.follower, int(c.active), c.pos, c.group) for c in live]
             )
-        stored = self._stored_positions(live)
-        return [c for c in live if stored.get((c.followee, c.follower)) == c.pos]
+        return live
 
-    def _stored_positions(self, changes: Sequence[EdgeChange]) -> dict[tuple[str, str], int]:
-        """What each edge holds now, a few hundred edges per query (a join on the primary
-        key: a row-value IN would scan the table)."""
-        found: dict[tuple[str, str], int] = {}
-        for chunk in _chunks(changes):
+    def positions(self, edges: Sequence[tuple[str, str]]) -> dict[tuple[str, str], EdgeState]:
+        """What each (follower, followee) edge holds now, a few hundred edges per query (a join
+        on the primary key: a row-value IN would scan the table)."""
+        found: dict[tuple[str, str], EdgeState] = {}
+        for chunk in _chunks(edges):
             pairs = ",".join(["(?,?)"] * len(chunk))
             rows = self._db.execute(
-                f"SELECT e.followee, e.follower, e.pos FROM (VALUES {pairs}) AS v "
-                "CROSS JOIN edges AS e ON e.followee = v.column1 AND e.follower = v.column2",
-                [x for c in chunk for x in (c.followee, c.follower)],
+                f"SELECT e.follower, e.followee, e.active, e.pos FROM (VALUES {pairs}) AS v "
+                "CROSS JOIN edges AS e ON e.followee = v.column2 AND e.follower = v.column1",
+                [x for edge in chunk for x in edge],
             )
-            found.update(((followee, follower), pos) for followee, follower, pos in rows)
+            found.update(((f, v), EdgeState(bool(a), p)) for f, v, a, p in rows)
         return found
 
     def remove_user(self, user: str, pos: int) -> RemovedUser:
+        """Idempotent: the neighbours are the edges this removal switched off, now or in an
+        earlier attempt (inactive at exactly ``pos``), so a retry or a redelivery after the
+        store step still names them all."""
         with self._db:
-            self._db.execute("BEGIN")
-            followers = [
-                r[0]
-                for r in self._db.execute(
-                    "SELECT follower FROM edges WHERE followee = ? AND active = 1 AND pos < ?",
-                    (user, pos),
-                )
-            ]
-            following = [
-                r[0]
-                for r in self._db.execute(
-                    "SELECT followee FROM edges WHERE follower = ? AND active = 1 AND pos < ?",
-                    (user, pos),
-                )
-            ]
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(
                 "UPDATE edges SET active = 0, pos = ? WHERE (followee = ? OR follower = ?) "
                 "AND pos < ?",
@@ -140,7 +134,36 @@ class SqliteEdgeStore(PagedMembers):
                 "SET removed = max(removed, excluded.removed)",
                 (user, pos),
             )
+            followers = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT follower FROM edges WHERE followee = ? AND active = 0 AND pos = ?",
+                    (user, pos),
+                )
+            ]
+            following = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT followee FROM edges WHERE follower = ? AND active = 0 AND pos = ?",
+                    (user, pos),
+                )
+            ]
         return RemovedUser(tuple(followers), tuple(following))
+
+    def snapshot(self, ref: ListRef) -> Snapshot:
+        column, other = (
+            ("followee", "follower")
+            if ref.kind is ListKind.FOLLOWERS
+            else (
+                "follower",
+                "followee",
+            )
+        )
+        rows = self._db.execute(
+            f"SELECT {other}, pos FROM edges WHERE {column} = ? AND active = 1 ORDER BY {other}",
+            (ref.user,),
+        ).fetchall()
+        return Snapshot([r[0] for r in rows], [r[1] for r in rows])
 
     def _page(
         self, column: str, other: str, user: str, group: str | None, after: str | None, limit: int
@@ -185,13 +208,23 @@ class SqliteEdgeStore(PagedMembers):
             )
         )
 
-    def store_posts(self, posts: Sequence[PostRecord]) -> None:
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
         with self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
                 "INSERT OR IGNORE INTO posts (author, post_id, ts, text) VALUES (?, ?, ?, ?)",
                 [(p.author, p.post_id, p.ts, p.text) for p in posts],
             )
+        found: dict[tuple[str, str], int] = {}
+        for chunk in _chunks(posts):
+            pairs = ",".join(["(?,?)"] * len(chunk))
+            rows = self._db.execute(
+                f"SELECT p.author, p.post_id, p.ts FROM (VALUES {pairs}) AS v "
+                "CROSS JOIN posts AS p ON p.author = v.column1 AND p.post_id = v.column2",
+                [x for p in chunk for x in (p.author, p.post_id)],
+            )
+            found.update(((a, i), ts) for a, i, ts in rows)
+        return found
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
         found: list[PostRecord] = []

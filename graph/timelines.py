@@ -14,11 +14,18 @@ from the edge store, so a lost timeline comes back with the same answers.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from graph.edges import EdgeStore, PostRecord
-from graph.lists import ListKind, ListRef, TokenLists
+from graph.keys import ListKind, ListRef
+from graph.lists import Snapshot, TokenLists
+
+
+class BadCursor(ValueError):
+    """A cursor that this service did not make."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -40,6 +47,24 @@ class TimelineEntry:
     def of(cls, post: PostRecord) -> TimelineEntry:
         return cls(post.ts, post.author, post.post_id)
 
+    @property
+    def cursor(self) -> str:
+        """An opaque page cursor naming this entry (time, author and post id: a post id alone
+        is unique only per author)."""
+        return base64.urlsafe_b64encode(self.member.encode("ascii")).rstrip(b"=").decode()
+
+    @classmethod
+    def from_cursor(cls, cursor: str) -> TimelineEntry:
+        try:
+            member = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+            ts, author, post_id = member.split("/")
+            entry = cls(int(ts), author, post_id)
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
+        if entry.member != member:
+            raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}")
+        return entry
+
 
 class TimelineSource:
     """What a missing timeline is regenerated from: recent posts of the user's followees."""
@@ -48,9 +73,10 @@ class TimelineSource:
         self._store = store
         self._cap = cap
 
-    def all_members(self, ref: ListRef) -> list[str]:
+    def snapshot(self, ref: ListRef) -> Snapshot:
         followees = self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user))
-        return [TimelineEntry.of(p).member for p in self._store.recent_posts(followees, self._cap)]
+        posts = self._store.recent_posts(followees, self._cap)
+        return Snapshot([TimelineEntry.of(p).member for p in posts], None)
 
 
 class TimelineReader:
@@ -62,8 +88,10 @@ class TimelineReader:
         self._timelines = timelines
         self._cap = cap
 
-    def read(self, user: str, limit: int = 50, before: str | None = None) -> list[TimelineEntry]:
-        """Newest first; ``before`` is a post id: start after that post."""
+    def read(
+        self, user: str, limit: int = 50, before: TimelineEntry | None = None
+    ) -> list[TimelineEntry]:
+        """Newest first; ``before`` (from a cursor): only entries older than that one."""
         following = self._follow_lists.read(ListRef(ListKind.FOLLOWING, user))
         delivered = self._timelines.read(ListRef(ListKind.TIMELINE, user))
         celebrities = self._store.celebrities() & following
@@ -73,8 +101,7 @@ class TimelineReader:
             following,
         )
         if before is not None:
-            ids = [e.post_id for e in merged]
-            merged = merged[ids.index(before) + 1 :] if before in ids else []
+            merged = [e for e in merged if e < before]
         return merged[:limit]
 
     def _merge(
@@ -85,4 +112,9 @@ class TimelineReader:
     ) -> list[TimelineEntry]:
         entries = {e for e in delivered if e.author in following}
         entries.update(TimelineEntry.of(p) for p in merged_in)
-        return sorted(entries, reverse=True)[: self._cap]  # the order newest_first uses
+        # One post is one entry, whatever its duplicates said (an entry delivered before the
+        # store settled its time): the newest wins, as in the order newest_first uses.
+        unique: dict[tuple[str, str], TimelineEntry] = {}
+        for entry in sorted(entries, reverse=True):
+            unique.setdefault((entry.author, entry.post_id), entry)
+        return list(unique.values())[: self._cap]

@@ -1,17 +1,26 @@
-"""The append-only set encoding from the seeds: ``+id `` adds, ``-id `` removes, last one wins.
+"""The seeds' append-only set encoding, with positions: ``+id#pos `` adds, ``-id#pos `` removes.
 
-Tokens are space-terminated, so an id may itself contain ``-`` (``+a-b `` is the member ``a-b``)
-and ids can never carry a delimiter because the id alphabet has no whitespace. Decoding is the hot
-path of every list read: one ``bytes.split`` per shard and a dict write per token.
+A token carries the position (hex) of the edge-store write it reports, and a member's state is
+its token with the **greatest position** (a removal wins a tie), wherever in the list that token
+sits. Membership is last-writer-wins by position, not by append order: appends commute, so a
+replay, a zombie consumer, a redelivery or a racing partition can append in any order and the
+list decodes to the same set. Timeline entries (``{ts}/{author}/{post_id}``, add-only) carry no
+position; a token without one counts as position 0.
+
+Tokens are space-terminated and ``#`` is outside the id alphabet (and outside timeline entries),
+so an id may contain ``-`` or ``@`` and still parses unambiguously. Decoding is the hot path of
+every list read: the common add-only case runs at C speed (one regex substitution, one split).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 PLUS = 0x2B
 MINUS = 0x2D
+_POSITIONS = re.compile(rb"#[0-9a-f]+ ")
 
 
 class CorruptList(ValueError):
@@ -22,20 +31,26 @@ class UnsafeMember(ValueError):
     """A member that could carry a delimiter: refused, so no input can inject tokens."""
 
 
-def token(add: bool, member: str) -> bytes:
+def _safe(member: str) -> bool:
+    return bool(member) and member.isascii() and member.isprintable() and " " not in member
+
+
+def token(add: bool, member: str, pos: int | None = None) -> bytes:
     # Ids are validated at the edge already; this is the last line of defence, and cheap.
-    if not (member and member.isascii() and member.isprintable() and " " not in member):
+    if not _safe(member) or "#" in member:
         raise UnsafeMember(f"unsafe list member {member[:70]!r}")
-    return (b"+" if add else b"-") + member.encode("ascii") + b" "
+    head = (b"+" if add else b"-") + member.encode("ascii")
+    return head + b" " if pos is None else b"%s#%x " % (head, pos)
 
 
-def encode(ops: Iterable[tuple[bool, str]]) -> bytes:
-    return b"".join(token(add, member) for add, member in ops)
+def encode(ops: Iterable[tuple[bool, str, int]]) -> bytes:
+    """Tokens for ``(add, member, position)`` changes."""
+    return b"".join(token(add, member, pos) for add, member, pos in ops)
 
 
-def encode_members(members: Sequence[str]) -> bytes:
+def encode_members(members: Sequence[str], positions: Sequence[int] | None = None) -> bytes:
     """A list holding exactly ``members`` (a rebuild writes a million at a time): ``encode`` of
-    additions, with the same guard applied to all members at once, at C speed."""
+    additions at their positions, with the same guard applied to all members at once."""
     if not members:
         return b""
     joined = " ".join(members)
@@ -44,12 +59,13 @@ def encode_members(members: Sequence[str]) -> bytes:
         and joined.isprintable()
         and joined.count(" ") == len(members) - 1
         and "" not in members
+        and "#" not in joined
     ):
-        unsafe = next(
-            m for m in members if not (m and m.isascii() and m.isprintable() and " " not in m)
-        )
+        unsafe = next(m for m in members if not _safe(m) or "#" in m)
         raise UnsafeMember(f"unsafe list member {unsafe[:70]!r}")
-    return ("+" + joined.replace(" ", " +") + " ").encode("ascii")
+    if positions is None:
+        return ("+" + joined.replace(" ", " +") + " ").encode("ascii")
+    return ("+" + " +".join(map("{}#{:x}".format, members, positions)) + " ").encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +75,7 @@ class DecodedList:
 
     @property
     def dead(self) -> int:
-        """Tokens that do not contribute a member (removals and superseded additions)."""
+        """Tokens that do not contribute a member (removals and superseded tokens)."""
         return self.tokens - len(self.members)
 
 
@@ -67,13 +83,14 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
     data = b" ".join(chunks)
     toks = data.split()
     if _only_additions(data, len(toks)):
-        # A compacted or add-only list, the common case: C-speed all the way.
+        # Add-only (a compacted list, a timeline), the common case: C speed all the way.
+        bare = _POSITIONS.sub(b" ", data) if b"#" in data else data
         try:
-            members = frozenset(data.replace(b"+", b"").decode("ascii").split())
+            members = frozenset(bare.replace(b"+", b"").decode("ascii").split())
         except UnicodeDecodeError:
             raise CorruptList("non-ASCII bytes in a list") from None
         return DecodedList(members, len(toks))
-    return _replay(toks)
+    return DecodedList(frozenset(_winners(toks)), len(toks))
 
 
 def _only_additions(data: bytes, tokens: int) -> bool:
@@ -83,50 +100,64 @@ def _only_additions(data: bytes, tokens: int) -> bool:
     return starts == tokens == data.count(b"+") and not data.startswith(b"-") and b" -" not in data
 
 
-def _replay(toks: list[bytes]) -> DecodedList:
-    """The general case: last token per member wins."""
-    state: dict[bytes, bool] = {}
-    for tok in toks:
-        op = tok[0]
-        if op == PLUS:
-            state[tok[1:]] = True
-        elif op == MINUS:
-            state[tok[1:]] = False
-        else:
-            raise CorruptList(f"bad token {tok[:70]!r}")
+def _parse(tok: bytes) -> tuple[bytes, int, bool]:
+    """``(member, position, add)`` of one token."""
+    op = tok[0]
+    if op not in (PLUS, MINUS):
+        raise CorruptList(f"bad token {tok[:70]!r}")
+    member, sep, pos = tok[1:].partition(b"#")
     try:
-        members = frozenset(m.decode("ascii") for m, present in state.items() if present)
+        return member, int(pos, 16) if sep else 0, op == PLUS
+    except ValueError:
+        raise CorruptList(f"bad token {tok[:70]!r}") from None
+
+
+def _winners(toks: Iterable[bytes]) -> list[str]:
+    """The general case: per member the greatest position wins; a removal wins a tie."""
+    best: dict[bytes, tuple[int, bool]] = {}
+    for tok in toks:
+        member, pos, add = _parse(tok)
+        seen = best.get(member)
+        if seen is None or pos > seen[0] or (pos == seen[0] and not add):
+            best[member] = (pos, add)
+    try:
+        return [m.decode("ascii") for m, (_, add) in best.items() if add]
     except UnicodeDecodeError:
         raise CorruptList("non-ASCII bytes in a list") from None
-    return DecodedList(members, len(toks))
 
 
 def compact_shards(shards: Sequence[bytes], cap: int | None = None) -> list[bytes]:
     """Rewrite each shard keeping only the tokens that still decide membership.
 
-    A token survives only if it is its member's last token across all shards; a surviving
-    removal is dropped too, because every earlier token for that member is dropped with it.
-    With a ``cap``, only the ``cap`` greatest members survive (timelines encode members so that
-    byte order is time order); dropping a member's only token is the same as removing it.
-    Shards are rewritten one by one with CAS in order and the rewrite stops at the first lost
-    race, so the output for shard ``k`` may assume shards ``< k`` were rewritten, never that
-    shards ``> k`` were: they can only have grown, and growth only supersedes more tokens.
+    Per member the deciding token is the one with the greatest position (see ``decode``). A
+    winning addition is kept where it is (one copy); every other token is dropped, except a
+    winning removal that still has tokens of its member in a *later* shard. Shards are rewritten
+    one by one with CAS, in order, and the rewrite stops at the first lost race, so the output
+    for shard ``k`` may assume shards ``< k`` were rewritten, never that shards ``> k`` were:
+    dropping a removal whose superseded addition sits in a later, not yet rewritten shard would
+    bring that member back. With a ``cap`` (timelines: byte order is time order), only the
+    ``cap`` greatest members survive; dropping a member's only token is the same as removing it.
     """
-    parsed = [chunk.split() for chunk in shards]
-    last: dict[bytes, tuple[int, int]] = {}
+    parsed = [[_parse(tok) for tok in chunk.split()] for chunk in shards]
+    raw = [chunk.split() for chunk in shards]
+    best: dict[bytes, tuple[int, bool, int, int]] = {}  # member -> pos, add, shard, index
+    last_shard: dict[bytes, int] = {}
     for si, toks in enumerate(parsed):
-        for ti, tok in enumerate(toks):
-            if tok[0] not in (PLUS, MINUS):
-                raise CorruptList(f"bad token {tok[:70]!r}")
-            last[tok[1:]] = (si, ti)
+        for ti, (member, pos, add) in enumerate(toks):
+            last_shard[member] = si
+            seen = best.get(member)
+            if seen is None or pos > seen[0] or (pos == seen[0] and not add and seen[1]):
+                best[member] = (pos, add, si, ti)
     if cap is not None:
-        present = sorted(m for m, (si, ti) in last.items() if parsed[si][ti][0] == PLUS)
+        present = sorted(m for m, (_, add, _, _) in best.items() if add)
         for member in present[: max(len(present) - cap, 0)]:
-            del last[member]
+            best[member] = (best[member][0], False, -1, -1)  # dropped everywhere
+    keep: set[tuple[int, int]] = set()
+    for member, (_, add, si, ti) in best.items():
+        if add or (si >= 0 and last_shard[member] > si):
+            keep.add((si, ti))
     out = []
-    for si, toks in enumerate(parsed):
-        keep = [
-            tok for ti, tok in enumerate(toks) if tok[0] == PLUS and last.get(tok[1:]) == (si, ti)
-        ]
-        out.append(b" ".join(keep) + b" " if keep else b"")
+    for si, chunk in enumerate(raw):
+        kept = [tok for ti, tok in enumerate(chunk) if (si, ti) in keep]
+        out.append(b" ".join(kept) + b" " if kept else b"")
     return out
