@@ -167,7 +167,7 @@ class ListStore(TokenLists):
             result[ref] = decoded.members
             if self._is_dirty(decoded):
                 self._compact(ks, [shards[k] for k in ks])
-            elif self._wasteful(ks, [shards[k] for k in ks], decoded.members):
+            if self._wasteful(ks, [shards[k] for k in ks], decoded.members):
                 broken[ref] = heads[keys[ref]]  # read fine; dropped so the next read repacks it
         self._drop(keys, broken)
         return absent, building, [ref for ref in broken if ref not in result]

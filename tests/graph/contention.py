@@ -17,15 +17,16 @@ STAR = ListRef(ListKind.FOLLOWERS, "star")
 
 
 def write(store: SqliteEdgeStore, lists: ListStore, changes: list[EdgeChange]) -> None:
-    """What the graph consumer does: the store first, then tokens for the current changes."""
-    current = store.apply(changes)
-    tokens: dict[ListRef, list[tuple[bool, str]]] = {}
-    for c in current:
+    """What the graph consumer does: the store first, then positioned tokens for the changes
+    the store did not refuse."""
+    live = store.apply(changes)
+    tokens: dict[ListRef, list[tuple[bool, str, int]]] = {}
+    for c in live:
         tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append(
-            (c.active, c.follower)
+            (c.active, c.follower, c.pos)
         )
         tokens.setdefault(ListRef(ListKind.FOLLOWING, c.follower), []).append(
-            (c.active, c.followee)
+            (c.active, c.followee, c.pos)
         )
     lists.apply(tokens)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from fanout.stack import free_port
 from graph import CacheUnavailable, EdgeChange, ListKind, ListRef, ListSettings, ListStore
 from graph.cache import MemcacheCluster
 from graph.capped_lists import CappedListStore
-from graph.lists import Index
+from graph.fencing import Index
+from graph.keys import counter_key
+from graph.lists import Snapshot
 from graph.sqlite_edges import SqliteEdgeStore
 from tests.graph.contention import STAR, contend, write
 
@@ -20,6 +23,27 @@ from tests.graph.contention import STAR, contend, write
 def index_of(lists: ListStore, ref: ListRef) -> Index:
     raw = lists.cache.get_many([lists.index_key(ref)])[lists.index_key(ref)]
     return Index.parse(raw)
+
+
+def shard_keys(lists: ListStore, ref: ListRef) -> list[bytes]:
+    idx = index_of(lists, ref)
+    return [lists.shard_key(lists.index_key(ref), idx.gen, s) for s in idx.shards]
+
+
+def twin(cache: MemcacheCluster) -> MemcacheCluster:
+    """Another client of the same servers (another consumer process)."""
+    return MemcacheCluster([("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers])
+
+
+class Frozen:
+    """A source that answers what the store held when a rebuild read it (a stale snapshot)."""
+
+    def __init__(self, members: dict[str, int]) -> None:
+        self.members = members
+
+    def snapshot(self, ref: ListRef) -> Snapshot:
+        names = sorted(self.members)
+        return Snapshot(names, [self.members[n] for n in names])
 
 
 def test_a_list_larger_than_several_shards_reads_back_exactly(
@@ -33,12 +57,11 @@ def test_a_list_larger_than_several_shards_reads_back_exactly(
             lists,
             [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 7])],
         )
-    idx = index_of(lists, STAR)
-    assert len(idx.shards) >= 5
-    keys = [lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in idx.shards]
+    keys = shard_keys(lists, STAR)
+    assert len(keys) >= 5
     shards = lists.cache.get_many(keys)
     # Soft limit: a shard is closed once it passes the limit, by at most one batch's tokens.
-    assert all(len(shards[k]) <= 128 + 7 * len(b"+user00000 ") for k in keys)
+    assert all(len(shards[k]) <= 128 + 7 * len(b"+user00000#fff ") for k in keys)
     assert lists.read(STAR) == frozenset(names)
     assert lists.stats.rollovers >= 4
 
@@ -62,7 +85,9 @@ def test_append_to_a_missing_list_never_adds_a_list_of_only_the_new_token(
     assert lists.read(STAR) == {"a", "b", "c", "d"}
 
 
-@pytest.mark.parametrize("lose", ["index", "first shard", "newest shard", "counter"])
+@pytest.mark.parametrize(
+    "lose", ["index", "journal", "first data shard", "newest shard", "counter"]
+)
 def test_any_lost_item_yields_the_exact_list(
     sqlite_store: SqliteEdgeStore, lists: ListStore, lose: str
 ) -> None:
@@ -74,15 +99,13 @@ def test_any_lost_item_yields_the_exact_list(
             lists,
             [EdgeChange(n, "star", True, i + j) for j, n in enumerate(names[i : i + 10])],
         )
-    idx = index_of(lists, STAR)
-    first, newest = (
-        lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in (idx.shards[0], idx.shards[-1])
-    )
+    keys = shard_keys(lists, STAR)
     victim = {
         "index": lists.index_key(STAR),
-        "first shard": first,
-        "newest shard": newest,
-        "counter": lists.counter_key(newest),
+        "journal": keys[0],
+        "first data shard": keys[1],
+        "newest shard": keys[-1],
+        "counter": counter_key(keys[-1]),
     }[lose]
     lists.cache.delete_many([victim])
     write(
@@ -98,10 +121,7 @@ def test_any_lost_item_yields_the_exact_list(
 def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ListStore) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
-    idx = index_of(lists, STAR)
-    lists.cache.append_many(
-        {lists.shard_key(lists.index_key(STAR), idx.gen, idx.shards[-1]): b"garbage "}
-    )
+    lists.cache.append_many({shard_keys(lists, STAR)[-1]: b"garbage "})
     assert lists.read(STAR) == {"a"}
     assert lists.stats.invalidations == 1
 
@@ -121,6 +141,8 @@ def test_flush_of_every_server_mid_run_still_yields_exact_lists(
         write(sqlite_store, lists, batch)
         if step in (13, 27):
             lists.cache.flush_all()
+        if step % 5 == 0:  # keep lists cached so that writes really append
+            lists.read_many([ListRef(ListKind.FOLLOWERS, f"e{i}") for i in range(5)])
     for kind, pick, other in ((ListKind.FOLLOWERS, 1, 0), (ListKind.FOLLOWING, 0, 1)):
         users = {edge[pick] for edge in model}
         got = lists.read_many([ListRef(kind, u) for u in users])
@@ -138,14 +160,30 @@ def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: L
             [EdgeChange(f"x{i}", "star", round_ % 2 == 0, round_ * 100 + i) for i in range(20)],
         )
     # 20 adds, then remove/add/remove/add/remove: 120 tokens, 0 members
-    idx = index_of(lists, STAR)
-    keys = [lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in idx.shards]
+    keys = shard_keys(lists, STAR)
     before = sum(len(v) for v in lists.cache.get_many(keys).values())
     assert lists.read(STAR) == frozenset()
     after = sum(len(v) for v in lists.cache.get_many(keys).values())
-    assert lists.stats.compactions == 1 and after == 0 < before
+    assert lists.stats.compactions == 1 and after < before
     write(sqlite_store, lists, [EdgeChange("x1", "star", True, 1000)])
     assert lists.read(STAR) == {"x1"}
+
+
+def test_churn_among_a_few_members_keeps_the_list_small(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    """Issue #12 item 10: counters shrink with compaction, so a list of 2-3 members under
+    follow/unfollow churn does not roll over without end (it reached 211 shards before)."""
+    lists.read(STAR)
+    rng = random.Random(10)
+    for step in range(600):
+        member = f"c{rng.randrange(3)}"
+        write(sqlite_store, lists, [EdgeChange(member, "star", rng.random() < 0.5, step)])
+        if step % 20 == 0:
+            lists.read(STAR)  # readers compact
+    assert lists.read(STAR) == set(sqlite_store.followers("star"))
+    assert len(index_of(lists, STAR).shards) <= 4
+    assert len(lists.cache.get_many([lists.index_key(STAR)])[lists.index_key(STAR)]) < 64
 
 
 def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
@@ -154,8 +192,7 @@ def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", True, i) for i in range(10)])
     write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", False, 100 + i) for i in range(10)])
-    idx = index_of(lists, STAR)
-    keys = [lists.shard_key(lists.index_key(STAR), idx.gen, n) for n in idx.shards]
+    keys = shard_keys(lists, STAR)
     snapshot = lists.cache.gets_many(keys)
     # A writer appends between the compactor's gets and its cas.
     write(sqlite_store, lists, [EdgeChange("racer", "star", True, 500)])
@@ -164,35 +201,139 @@ def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
     assert lists.read(STAR) == {"racer"}
 
 
+def test_a_late_older_token_loses_to_a_newer_one_whatever_the_append_order(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    """What was the zombie-consumer hole: an old token appended after a newer one. Tokens carry
+    positions, so the newer one wins wherever it sits."""
+    lists.read(STAR)
+    write(sqlite_store, lists, [EdgeChange("x", "star", True, 1)])
+    write(sqlite_store, lists, [EdgeChange("x", "star", False, 2)])
+    lists.apply({STAR: [(True, "x", 1)]})  # the zombie's late append of the older event
+    write(sqlite_store, lists, [EdgeChange("y", "star", False, 5)])
+    lists.apply({STAR: [(True, "y", 4)]})  # and the other way round
+    assert lists.read(STAR) == frozenset() == set(sqlite_store.followers("star"))
+
+
+# -- the fence (graph/fencing.py): issue #12 items 1, 2 and 7 -----------------------------------
+
+
+def test_an_invalidation_during_a_rebuild_makes_its_stale_commit_fail(
+    cache: MemcacheCluster, unique: str
+) -> None:
+    """Item 1: a rebuild that read the store before a change must not commit after the
+    invalidation that followed the change."""
+    settings = ListSettings(namespace=unique)
+    stale = ListStore(twin(cache), Frozen({"removed": 1}), settings)
+    key = stale.index_key(STAR)
+    gen = b"0badf00d"
+    assert stale._claim({key: gen}) == {key}
+    ListStore(cache, Frozen({}), settings).invalidate([STAR])  # the change's invalidation
+    assert stale._commit({key: (gen, Frozen({"removed": 1}).snapshot(STAR))}) == set()
+    assert ListStore(cache, Frozen({}), settings).read(STAR) == frozenset()
+
+
+def test_a_write_during_a_rebuild_lands_in_its_journal(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    """The rebuild read the store before our write; our write must reach what it commits."""
+    settings = ListSettings(namespace=unique, compact_write_prob=0)
+    rebuilder = ListStore(twin(cache), Frozen({"a": 1}), settings)
+    key = rebuilder.index_key(STAR)
+    assert rebuilder._claim({key: b"00000001"}) == {key}
+    writer = ListStore(cache, sqlite_store, settings)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
+    writer.apply({STAR: [(True, "b", 2)]})
+    assert writer.stats.skipped_absent == 0 and writer.stats.appends == 1
+    assert rebuilder._commit({key: (b"00000001", Frozen({"a": 1}).snapshot(STAR))}) == {key}
+    assert writer.read(STAR) == {"a", "b"}
+
+
+@pytest.mark.parametrize("how", ["evicted", "expired and reclaimed"])
+def test_a_lost_claim_cannot_commit(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str, how: str
+) -> None:
+    """Item 2: the claim (the lease) vanishes mid-rebuild, a writer finds the list absent and
+    skips; the rebuild that missed that write must not commit. Nor may it disturb the claim
+    that replaced its own."""
+    settings = ListSettings(namespace=unique, compact_write_prob=0)
+    slow = ListStore(twin(cache), Frozen({"a": 1}), settings)
+    key = slow.index_key(STAR)
+    assert slow._claim({key: b"0000aaaa"}) == {key}
+    cache.delete_many([key])  # eviction, a restart, or the lease running out
+    if how == "expired and reclaimed":
+        other = ListStore(cache, sqlite_store, settings)
+        assert other._claim({key: b"0000bbbb"}) == {key}
+    writer = ListStore(cache, sqlite_store, settings)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
+    writer.apply({STAR: [(True, "b", 2)]})
+    assert slow._commit({key: (b"0000aaaa", Frozen({"a": 1}).snapshot(STAR))}) == set()
+    if how == "expired and reclaimed":
+        assert index_of(writer, STAR).gen == b"0000bbbb"  # the other claim is untouched
+        cache.delete_many([key])
+    assert writer.read(STAR) == {"a", "b"}
+
+
+def test_a_stale_rollover_never_re_adds_an_evicted_shard(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    """Item 7: a writer with a stale view of the index rolls over while the shard it would
+    have named again was evicted: its CAS fails, and the eviction is found, not hidden."""
+    lists.read(STAR)
+    names = [f"u{i:03d}" for i in range(40)]
+    for i in range(0, 40, 4):
+        write(sqlite_store, lists, [EdgeChange(n, "star", True, i) for n in names[i : i + 4]])
+    stale_head = lists.cache.gets_many([lists.index_key(STAR)])[lists.index_key(STAR)]
+    for i in range(40, 80, 4):  # rollovers move the index on
+        write(
+            sqlite_store,
+            lists,
+            [EdgeChange(f"v{j}", "star", True, 100 + j) for j in range(i, i + 4)],
+        )
+    keys = shard_keys(lists, STAR)
+    lists.cache.delete_many([keys[-2]])  # evict a shard the stale view does not know
+    swapped = lists.cache.cas(lists.index_key(STAR), stale_head.value + b"+abcdef ", stale_head.cas)
+    assert not swapped.ok  # the fence: a stale view cannot name shards
+    expected = set(sqlite_store.followers("star", limit=1000))
+    assert lists.read(STAR) == expected and len(expected) == 80
+
+
 def test_a_herd_waits_for_the_rebuild_in_progress(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
     settings = ListSettings(namespace=unique)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     queries: list[ListRef] = []
+    herd_waiting = threading.Event()
 
-    class CountingSource:
-        def all_members(self, ref: ListRef) -> list[str]:
+    class Counting:
+        def snapshot(self, ref: ListRef) -> Snapshot:
             queries.append(ref)
-            return sqlite_store.all_members(ref)
+            return sqlite_store.snapshot(ref)
 
-    other_client = MemcacheCluster(
-        [("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers]
+    class WaitsForTheHerd(Frozen):
+        def snapshot(self, ref: ListRef) -> Snapshot:
+            assert herd_waiting.wait(30)
+            return super().snapshot(ref)
+
+    holder = ListStore(twin(cache), WaitsForTheHerd({"a": 1}), settings)
+    herd = ListStore(cache, Counting(), settings)
+    key = holder.index_key(STAR)
+    assert holder._claim({key: b"00000123"}) == {key}
+    pause = herd._pause
+
+    def waiting() -> None:
+        herd_waiting.set()
+        pause()
+
+    herd._pause = waiting  # type: ignore[method-assign]
+    finisher = threading.Thread(
+        target=lambda: holder._commit({key: (b"00000123", holder.source.snapshot(STAR))})
     )
-
-    class Snapshot:  # what the lease holder read from the store
-        def all_members(self, ref: ListRef) -> list[str]:
-            return ["a"]
-
-    holder = ListStore(other_client, Snapshot(), settings)
-    lease = holder.index_key(STAR) + b":rb"
-    assert cache.add_many({lease: b"1"}, expire=10)[lease]  # someone is rebuilding
-    finisher = threading.Timer(0.3, holder._build_many, args=([STAR],))
     finisher.start()
-    herd = ListStore(cache, CountingSource(), settings)
     assert herd.read(STAR) == {"a"}
     finisher.join()
-    assert queries == []  # the herd never queried the store
+    assert queries == [] and herd.stats.build_waits >= 1  # the herd never queried the store
 
 
 def test_concurrent_writers_and_compacting_readers_lose_nothing(
@@ -211,20 +352,6 @@ def test_concurrent_writers_and_compacting_readers_lose_nothing(
     assert sum(s.rollovers for s in result.stats) > 0
 
 
-def test_stale_writer_after_a_newer_token_is_the_documented_hole(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
-) -> None:
-    """A zombie consumer (revoked but still running) can append an old token after a newer one.
-    The store is right; the list is wrong until it is rebuilt (``fanout rebuild-cache``)."""
-    lists.read(STAR)  # materialise it: writes only append to lists in the cache
-    write(sqlite_store, lists, [EdgeChange("x", "star", True, 1)])
-    write(sqlite_store, lists, [EdgeChange("x", "star", False, 2)])
-    lists.apply({STAR: [(True, "x")]})  # the zombie's late append of the older event
-    assert lists.read(STAR) == {"x"} and sqlite_store.followers("star") == []
-    lists.rebuild(STAR, force=True)
-    assert lists.read(STAR) == frozenset()
-
-
 def test_a_server_that_is_down_is_an_error_not_a_shorter_list(
     sqlite_store: SqliteEdgeStore, unique: str
 ) -> None:
@@ -234,11 +361,11 @@ def test_a_server_that_is_down_is_an_error_not_a_shorter_list(
     with pytest.raises(CacheUnavailable):
         lists.read(STAR)
     with pytest.raises(CacheUnavailable):
-        lists.apply({STAR: [(True, "a")]})
+        lists.apply({STAR: [(True, "a", 1)]})
 
 
 @pytest.mark.parametrize(
-    "user", ["a b", "a\nb", "a\r\n", "ctl\x01", "ctl\x1f", "x" * 65, "", "k\x7f", "ü"]
+    "user", ["a b", "a\nb", "a\r\n", "ctl\x01", "ctl\x1f", "x" * 65, "", "k\x7f", "ü", "a|b"]
 )
 def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: str) -> None:
     """pymemcache itself lets \\x01..\\x1f through; the list layer refuses them first."""
@@ -248,56 +375,65 @@ def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: st
         lists.read(ListRef(ListKind.FOLLOWING, user))
 
 
+def test_a_user_named_like_another_users_keys_cannot_touch_them(
+    sqlite_store: SqliteEdgeStore, lists: ListStore
+) -> None:
+    """Item 8: user ``x:rb``'s list key was user x's lease key, which wedged every write of x."""
+    for name in ("x:rb", "x:n", "x:0", "x"):
+        sqlite_store.apply([EdgeChange(f"f-{len(name)}", name, True, len(name))])
+    refs = [ListRef(ListKind.FOLLOWERS, n) for n in ("x:rb", "x:n", "x:0")]
+    lists.read_many(refs)  # cached first
+    write(sqlite_store, lists, [EdgeChange("g", "x", True, 10)])
+    assert lists.read(ListRef(ListKind.FOLLOWERS, "x")) == {"f-1", "g"}
+    assert lists.read_many(refs) == {r: {f"f-{len(r.user)}"} for r in refs}
+
+
 def test_writes_skip_absent_lists_and_readers_build_them(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
     settings = ListSettings(namespace=unique, compact_write_prob=1.0)  # would read: must not
     lazy = ListStore(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
-    lazy.apply({STAR: [(True, "a")]})
+    lazy.apply({STAR: [(True, "a", 1)]})
     assert lazy.stats.skipped_absent == 1 and lazy.stats.rebuilds == 0
-    assert lists_key_absent(lazy)
+    assert lazy.index_key(STAR) not in cache.get_many([lazy.index_key(STAR)])
     assert lazy.read(STAR) == {"a"}  # the reader builds it from the store
     sqlite_store.apply([EdgeChange("b", "star", True, 2)])
-    lazy.apply({STAR: [(True, "b")]})  # now it exists: appended
+    lazy.apply({STAR: [(True, "b", 2)]})  # now it exists: appended
     assert lazy.stats.appends == 1 and lazy.read(STAR) == {"a", "b"}
 
 
-def test_a_skipped_write_waits_for_a_rebuild_in_progress(
+def test_every_cached_item_expires_and_a_divergent_list_heals(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
-    """The rebuild holding the lease read the store before our write: we must append to it."""
-    settings = ListSettings(namespace=unique, compact_write_prob=0)
-    other_client = MemcacheCluster(
-        [("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers]
-    )
-
-    class Snapshot:  # the store as the rebuilder read it: before "b"
-        def all_members(self, ref: ListRef) -> list[str]:
-            return ["a"]
-
-    rebuilder = ListStore(other_client, Snapshot(), settings)
-    lease = rebuilder.index_key(STAR) + b":rb"
-    assert cache.add_many({lease: b"1"}, expire=10)[lease]
-    finisher = threading.Timer(0.3, rebuilder._build_many, args=([STAR],))
-    finisher.start()
-    lazy = ListStore(cache, sqlite_store, settings)
-    sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
-    lazy.apply({STAR: [(True, "b")]})
-    finisher.join()
-    assert lazy.stats.skipped_absent == 0
-    assert lazy.read(STAR) == {"a", "b"}
+    """Bounded self-healing: heads expire within heal_s (readers never extend them), their
+    parts after twice that, so whatever a hole leaves behind is gone by then."""
+    settings = ListSettings(namespace=unique, heal_s=2, compact_write_prob=0)
+    lists = ListStore(cache, sqlite_store, settings)
+    sqlite_store.apply([EdgeChange("a", "star", True, 1)])
+    assert lists.read(STAR) == {"a"}
+    head = lists.index_key(STAR)
+    keys = [head, *shard_keys(lists, STAR)]
+    items = cache.gets_many([*keys, *map(counter_key, keys[1:])])
+    assert all(0 < item.ttl <= 2 * 2 + 60 for item in items.values())
+    assert items[head].ttl <= 3
+    lists.apply({STAR: [(True, "ghost", 99)]})  # a divergence the store does not have
+    assert lists.read(STAR) == {"a", "ghost"}
+    deadline = time.monotonic() + 10
+    while head in cache.get_many([head]) and time.monotonic() < deadline:
+        lists.read(STAR)  # reads do not keep it alive
+        time.sleep(0.2)
+    assert lists.read(STAR) == {"a"}
 
 
-def lists_key_absent(lists: ListStore) -> bool:
-    return lists.index_key(STAR) not in lists.cache.get_many([lists.index_key(STAR)])
+# -- capped lists (timelines) -------------------------------------------------------------------
 
 
 class Nothing:
     """A source with no members: rebuilt lists start empty."""
 
-    def all_members(self, ref: ListRef) -> list[str]:
-        return []
+    def snapshot(self, ref: ListRef) -> Snapshot:
+        return Snapshot([], None)
 
 
 def empty_capped_lists(
@@ -310,12 +446,12 @@ def empty_capped_lists(
 
 
 def test_capped_lists_live_in_one_item_and_keep_the_newest(
-    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+    cache: MemcacheCluster, unique: str
 ) -> None:
     capped = empty_capped_lists(cache, unique, max_members=5, dirty_min=1)
     ref = ListRef(ListKind.TIMELINE, "reader")
     assert capped.read(ref) == frozenset()  # built (empty) by its reader
-    capped.apply({ref: [(True, f"{i:03d}") for i in range(12)]})
+    capped.append_tokens({ref: b"".join(b"+%03d " % i for i in range(12))})
     assert capped.stats.appends == 1  # one APPEND, no index
     assert capped.read(ref) == {f"{i:03d}" for i in range(12)}  # compacts as it reads
     assert capped.read(ref) == {f"{i:03d}" for i in range(7, 12)}  # the newest five
@@ -330,7 +466,9 @@ def test_a_capped_list_too_big_for_an_item_is_trimmed_then_appended(
     capped.read(ref)
     member = "m" * 60
     for batch in range(20):  # ~1.3 MB in all: past memcached's item limit
-        capped.apply({ref: [(True, f"{batch:02d}{i:05d}{member}") for i in range(1000)]})
+        capped.append_tokens(
+            {ref: b"".join(b"+%02d%05d%s " % (batch, i, member.encode()) for i in range(1000))}
+        )
     assert capped.stats.compactions >= 1  # trimmed to 3 when an APPEND would not fit
     members = capped.read(ref)  # reads are not trimmed (readers cap), compaction is
     assert {f"19{i:05d}{member}" for i in range(997, 1000)} <= members
@@ -353,6 +491,32 @@ def test_a_delivery_appends_to_present_timelines_and_skips_absent_ones(
     }
     absent = [capped.index_key(ListRef(ListKind.TIMELINE, u)) for u in ("absent", "gone")]
     assert cache.get_many(absent) == {}  # a delivery never creates a timeline
+
+
+def test_a_delivery_during_a_timeline_rebuild_reaches_what_it_commits(
+    cache: MemcacheCluster, unique: str
+) -> None:
+    """The timeline's item is its own head: deliveries append after the marker, the commit
+    keeps them. An invalidation in between breaks the commit instead."""
+    settings = ListSettings(namespace=unique, max_members=10, compact_write_prob=0)
+
+    class Old:
+        def snapshot(self, ref: ListRef) -> Snapshot:
+            return Snapshot(["old"], None)
+
+    rebuilder = CappedListStore(twin(cache), Old(), settings)
+    deliverer = CappedListStore(cache, Nothing(), settings)
+    ref = ListRef(ListKind.TIMELINE, "reader")
+    key = rebuilder.index_key(ref)
+    assert rebuilder._claim({key: b"0000cafe"}) == {key}
+    deliverer.deliver([(b"+new ", ["reader"])])
+    assert deliverer.stats.appends == 1
+    assert rebuilder._commit({key: (b"0000cafe", Old().snapshot(ref))}) == {key}
+    assert deliverer.read(ref) == {"old", "new"}
+    deliverer.invalidate([ref])  # a second build, invalidated before its commit
+    assert rebuilder._claim({key: b"0000beef"}) == {key}
+    deliverer.invalidate([ref])
+    assert rebuilder._commit({key: (b"0000beef", Old().snapshot(ref))}) == set()
 
 
 def test_a_delivery_refuses_an_invalid_follower_id_before_any_write(
