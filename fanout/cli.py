@@ -14,7 +14,7 @@ import orjson
 from rich.console import Console
 from rich.progress import Progress
 
-from fanout import gc_policy, logs, stack, wiring
+from fanout import gc_policy, logs, stack, verify_command, wiring
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
@@ -266,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rebuild-cache", help="rebuild lists from the edge store")
     p.add_argument("users", nargs="*")
     p.set_defaults(run=cmd_rebuild)
+
+    p = verify_command.add_parser(sub)
+    p.set_defaults(run=lambda args, settings: verify_command.cmd_verify(args, settings, console))
 
     p = sub.add_parser("bench", help="benchmarks (JSON and a PNG under bench/results)")
     p.add_argument(

@@ -199,6 +199,13 @@ class TokenLists(abc.ABC):
             self.stats.store_reads += 1
         return result
 
+    def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+        """What the cache holds for each list that is cached and not being built; nothing is
+        rebuilt (anti-entropy compares this with the store)."""
+        result: dict[ListRef, frozenset[str]] = {}
+        self._read_round(list(dict.fromkeys(refs)), result)
+        return result
+
     def _pause(self) -> None:
         time.sleep(BUILD_WAIT_S)
 

@@ -84,16 +84,16 @@ class TimelineReader:
         self, store: EdgeStore, follow_lists: TokenLists, timelines: TokenLists, cap: int
     ) -> None:
         self._store = store
-        self._follow_lists = follow_lists
-        self._timelines = timelines
+        self.follow_lists = follow_lists
+        self.timelines = timelines
         self._cap = cap
 
     def read(
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
     ) -> list[TimelineEntry]:
         """Newest first; ``before`` (from a cursor): only entries older than that one."""
-        following = self._follow_lists.read(ListRef(ListKind.FOLLOWING, user))
-        delivered = self._timelines.read(ListRef(ListKind.TIMELINE, user))
+        following = self.follow_lists.read(ListRef(ListKind.FOLLOWING, user))
+        delivered = self.timelines.read(ListRef(ListKind.TIMELINE, user))
         celebrities = self._store.celebrities() & following
         merged = self._merge(
             (TimelineEntry.parse(m) for m in delivered),

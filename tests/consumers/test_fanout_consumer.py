@@ -9,6 +9,7 @@ import orjson
 
 from fanout import wiring
 from fanout.settings import Settings
+from graph import ListKind, ListRef
 from graph.timelines import TimelineEntry
 from producers import EventPublisher
 from tests.conftest import run_cli
@@ -68,6 +69,7 @@ def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flus
     with wiring.publisher(settings) as publisher:
         model = build_graph(publisher, rng)
     consume(settings, "graph")
+    assert all(t == [] for t in read_all(settings).values())  # cached: deliveries append
 
     posts: list[TimelineEntry] = []
     with wiring.publisher(settings) as publisher:
@@ -81,6 +83,14 @@ def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flus
     store = wiring.edge_store(settings)
     assert store.celebrities() == {"u0"}
     expected = expected_timelines(model, posts, 15)
+    # The deliveries reached the cached timelines themselves (not a regeneration on read).
+    timelines = wiring.timeline_reader(settings, store).timelines
+    cached = timelines.cached_many([ListRef(ListKind.TIMELINE, u) for u in USERS])
+    assert len(cached) == len(USERS)
+    for user in USERS:
+        delivered = {e.member for e in expected[user] if e.author != "u0"}
+        assert delivered <= cached[ListRef(ListKind.TIMELINE, user)], user
+    assert sum(len(m) for m in cached.values()) > 100
     assert read_all(settings) == expected
     assert any(len(t) == 15 for t in expected.values())  # the cap was really exercised
 
@@ -105,6 +115,7 @@ def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flus
     consume(replay, "fanout")
     assert read_all(settings) == expected
 
+    assert len(expected["u3"]) > 3
     cli = run_cli(settings, "timeline", "u3", "--json", "--limit", "3")
     page = orjson.loads(cli.stdout)
     assert page == {
@@ -112,12 +123,12 @@ def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flus
         "posts": [
             {"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in expected["u3"][:3]
         ],
+        "next": expected["u3"][2].cursor,
     }
-    if len(expected["u3"]) > 3:
-        after = run_cli(settings, "timeline", "u3", "--json", "--before", expected["u3"][2].post_id)
-        assert [p["post_id"] for p in orjson.loads(after.stdout)["posts"]] == [
-            e.post_id for e in expected["u3"][3:]
-        ]
+    after = run_cli(settings, "timeline", "u3", "--json", "--before", page["next"])
+    assert [(p["author"], p["post_id"]) for p in orjson.loads(after.stdout)["posts"]] == [
+        (e.author, e.post_id) for e in expected["u3"][3:]
+    ]
 
 
 def test_a_big_post_reaches_every_follower_exactly_once_with_two_consumers(
