@@ -30,7 +30,7 @@ class ConsumerMetrics:
         self._source = source
         self._lists = lists
         self._fanout = fanout
-        self._seen = {"rebuilds": 0, "compactions": 0, "deliveries": 0}
+        self._seen = {"rebuilds": 0, "compactions": 0, "deliveries": 0, "skipped": 0}
         labels = ["consumer"]
         r = self.registry
         self.events = Counter(
@@ -45,7 +45,15 @@ class ConsumerMetrics:
             [*labels, "topic", "partition"],
             registry=r,
         )
-        self.deliveries = Counter("fanout_deliveries", "timeline appends", labels, registry=r)
+        self.deliveries = Counter(
+            "fanout_deliveries", "timeline appends made (timeline cached)", labels, registry=r
+        )
+        self.skipped = Counter(
+            "fanout_deliveries_skipped",
+            "deliveries to timelines not in the cache (regenerated on read)",
+            labels,
+            registry=r,
+        )
         self.rebuilds = Counter(
             "fanout_list_rebuilds", "lists rebuilt from the edge store", labels, registry=r
         )
@@ -75,3 +83,4 @@ class ConsumerMetrics:
         self.compactions.labels(c).inc(self._delta("compactions", compactions))
         if self._fanout is not None:
             self.deliveries.labels(c).inc(self._delta("deliveries", self._fanout.deliveries))
+            self.skipped.labels(c).inc(self._delta("skipped", self._fanout.skipped))

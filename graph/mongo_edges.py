@@ -123,13 +123,13 @@ class MongoEdgeStore(StoreQueries):
         return [c for c in live if c.edge not in late]
 
     def _switch_off(self, edge: dict[str, str], pos: int) -> None:
-        """Switch edges matching ``edge`` (followers-collection fields) off at ``pos`` where
-        they are older, in both collections."""
+        """Switch active edges matching ``edge`` (followers-collection fields) off at ``pos``
+        where they are older, in both collections."""
         switch = {"$set": {"a": False, "p": pos}}
-        self._followers.update_many({**edge, **_older_than(pos)}, switch)
+        self._followers.update_many({**edge, "a": True, **_older_than(pos)}, switch)
         if self._mode == "collection":
             flipped = {{"_f": "_t", "_t": "_f"}[k]: v for k, v in edge.items()}
-            self._following.update_many({**flipped, **_older_than(pos)}, switch)
+            self._following.update_many({**flipped, "a": True, **_older_than(pos)}, switch)
 
     def positions(self, edges: Sequence[tuple[str, str]]) -> dict[tuple[str, str], EdgeState]:
         by_followee: dict[str, list[str]] = {}

@@ -126,7 +126,7 @@ class SqliteEdgeStore(StoreQueries):
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(
                 "UPDATE edges SET active = 0, pos = ? WHERE (followee = ? OR follower = ?) "
-                "AND pos < ?",
+                "AND active = 1 AND pos < ?",
                 (pos, user, user, pos),
             )
             self._db.execute(

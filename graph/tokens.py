@@ -85,6 +85,8 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
     if _only_additions(data, len(toks)):
         # Add-only (a compacted list, a timeline), the common case: C speed all the way.
         bare = _POSITIONS.sub(b" ", data) if b"#" in data else data
+        if b"#" in bare:  # a position that is not lower-case hex: not ours
+            raise CorruptList("bad position in a list")
         try:
             members = frozenset(bare.replace(b"+", b"").decode("ascii").split())
         except UnicodeDecodeError:

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fanout import wiring
 from fanout.settings import Settings
 from fanout.stack import free_port
+from graph import ListKind, ListRef
 from tests.conftest import settings_env
 
 
@@ -93,9 +94,28 @@ def test_metrics_and_json_logs_after_a_run(settings: Settings) -> None:
     assert sum(b["dead_lettered"] for b in batches) == 2
     assert len(lines) < 20  # one line per batch, never one per event
 
+    # Half the followers are active readers: their timelines are cached and get the post.
+    timelines = wiring.timeline_reader(settings, wiring.edge_store(settings)).timelines
+    timelines.read_many([ListRef(ListKind.TIMELINE, f"f{i}") for i in range(0, 50, 2)])
     with wiring.publisher(settings) as publisher:
         publisher.publish({"type": "post", "author": "star", "post_id": "p1"})
-    metrics, _ = run_with_metrics(settings, "fanout", "fanout_deliveries_total", 50)
+    metrics, _ = run_with_metrics(settings, "fanout", "fanout_deliveries_total", 25)
     fanout = (("consumer", "fanout"),)
-    assert metrics[("fanout_deliveries_total", fanout)] == 50
+    assert metrics[("fanout_deliveries_total", fanout)] == 25  # appends, not attempts
+    assert metrics[("fanout_deliveries_skipped_total", fanout)] == 25
     assert metrics[("fanout_list_rebuilds_total", fanout)] == 1  # star's followers, on read
+    cached = timelines.cached_many([ListRef(ListKind.TIMELINE, f"f{i}") for i in range(50)])
+    assert len(cached) == 25 and all(len(m) == 1 for m in cached.values())
+
+
+def test_the_compactions_metric_counts_compactions(settings: Settings) -> None:
+    """Unfollow churn on one list makes it dirty; the writers' sampled reads compact it."""
+    churn = settings.model_copy(update={"list_compact_write_prob": 1.0, "list_dirty_min": 2})
+    store = wiring.edge_store(churn)
+    wiring.list_store(churn, store).read(ListRef(ListKind.FOLLOWERS, "star"))  # cached
+    with wiring.publisher(churn) as publisher:
+        for kind in ("follow", "unfollow"):
+            for i in range(40):
+                publisher.publish({"type": kind, "follower": f"f{i}", "followee": "star"})
+    metrics, _ = run_with_metrics(churn, "graph", "fanout_events_applied_total", 80)
+    assert metrics[("fanout_list_compactions_total", (("consumer", "graph"),))] >= 1

@@ -15,8 +15,12 @@ namespaces = st.sampled_from(["tf", "t", "tf:x", "a@b", "tf:fl"]) | st.from_rege
     r"[A-Za-z0-9_.:@-]{1,8}", fullmatch=True
 )
 kinds = st.sampled_from(list(ListKind))
-gens = st.sampled_from([b"0", b"ab12"]) | st.from_regex(r"[0-9a-f]{1,8}", fullmatch=True).map(str.encode)
-shards = st.sampled_from([b"j", b"0"]) | st.from_regex(r"[0-9a-f]{1,6}", fullmatch=True).map(str.encode)
+gens = st.sampled_from([b"0", b"ab12"]) | st.from_regex(r"[0-9a-f]{1,8}", fullmatch=True).map(
+    str.encode
+)
+shards = st.sampled_from([b"j", b"0"]) | st.from_regex(r"[0-9a-f]{1,6}", fullmatch=True).map(
+    str.encode
+)
 
 # What a key is derived from: ("list", ns, kind, user), ("shard", ..., gen, shard) or
 # ("counter", ..., gen, shard).
@@ -77,7 +81,9 @@ def test_a_key_splits_back_into_exactly_what_it_was_built_from(source: Source) -
 
 
 @given(st.lists(st.tuples(kinds, ids), min_size=1, max_size=30), namespaces)
-def test_batch_key_building_is_key_by_key_building(refs: list[tuple[ListKind, str]], ns: str) -> None:
+def test_batch_key_building_is_key_by_key_building(
+    refs: list[tuple[ListKind, str]], ns: str
+) -> None:
     space = KeySpace(ns)
     listed = [ListRef(kind, user) for kind, user in refs]
     assert space.ref_keys(listed) == [space.list_key(ref) for ref in listed]
@@ -98,7 +104,10 @@ def test_user_x_rb_reaches_nothing_of_user_x() -> None:
         derived = {theirs}
         for gen in (b"rb", b"0", b"ab12"):
             for shard in (b"j", b"0", b"rb", b"n"):
-                derived |= {shard_key(theirs, gen, shard), counter_key(shard_key(theirs, gen, shard))}
+                derived |= {
+                    shard_key(theirs, gen, shard),
+                    counter_key(shard_key(theirs, gen, shard)),
+                }
         for other in ListKind:
             derived.add(space.list_key(ListRef(other, "x")))
         assert mine not in derived

@@ -90,7 +90,9 @@ def test_decode_equals_the_model(sequence: list[Op]) -> None:
 
 
 @given(st.data(), ops, cuts)
-def test_append_order_is_irrelevant(data: st.DataObject, sequence: list[Op], cut_at: list[int]) -> None:
+def test_append_order_is_irrelevant(
+    data: st.DataObject, sequence: list[Op], cut_at: list[int]
+) -> None:
     """Any permutation of the same tokens, split over shards anyhow, decodes to the same set:
     a replay, a zombie or a racing partition may append in any order."""
     shuffled = data.draw(st.permutations(sequence))
@@ -185,10 +187,6 @@ def test_corrupt_bytes_are_reported_not_guessed() -> None:
         compact_shards([b"+a#1 +b#x1 "])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decode()'s add-only fast path keeps a malformed position as part of the member",
-)
 @pytest.mark.parametrize("bad", [b"+a#zz ", b"+a#1#2 ", b"+a#1F "])
 def test_a_malformed_position_never_becomes_part_of_a_member(bad: bytes) -> None:
     """Members never hold ``#``: a token with a malformed position is reported as corrupt
