@@ -12,7 +12,10 @@ from consumers.graph_apply import GraphApplier
 from consumers.positions import Origin, Positioned
 from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
 from graph.cache import MemcacheCluster
+from graph.capped_lists import CappedListStore
+from graph.edges import PostRecord
 from graph.sqlite_edges import SqliteEdgeStore
+from graph.timelines import TimelineReader, TimelineSource
 from schemas import Follow, Unfollow, UserRemoved
 
 ORIGIN = Origin("t.graph", 0, 0, None)
@@ -140,3 +143,22 @@ def test_an_addition_confirmed_against_a_newer_removal_in_the_store(
     assert a._confirm([EdgeChange("u", "v", True, 5)]) == 1
     assert a.lists.read(fl("v")) == frozenset() == a.lists.read(fg("u"))
     assert a._confirm([EdgeChange("u", "v", True, 10)]) == 0  # newer than the store: nothing
+
+
+def test_a_follow_backfills_the_followers_cached_timeline(
+    appliers: tuple[GraphApplier, GraphApplier], cache: MemcacheCluster, unique: str
+) -> None:
+    """A timeline is the newest posts of the authors followed now: after a follow, the new
+    followee's older posts show, although the timeline was cached (and so not regenerated)."""
+    a, _ = appliers
+    store = a.store
+    store.store_posts([PostRecord("author", "p1", 1000), PostRecord("other", "p2", 2000)])
+    settings = ListSettings(namespace=unique, max_members=50, compact_write_prob=0)
+    timelines = CappedListStore(cache, TimelineSource(store, 50), settings)
+    reader = TimelineReader(store, a.lists, timelines, 50)
+    a.apply([follow("f", "other", 1)])
+    assert [e.post_id for e in reader.read("f")] == ["p2"]  # cached now
+    a.apply([follow("f", "author", 2)])
+    assert [e.post_id for e in reader.read("f")] == ["p2", "p1"]
+    a.apply([unfollow("f", "other", 3)])
+    assert [e.post_id for e in reader.read("f")] == ["p1"]
