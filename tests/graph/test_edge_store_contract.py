@@ -345,3 +345,17 @@ def test_mongo_switches_off_a_follow_whose_removal_slipped_in_before_the_write(
     assert store.snapshot(ListRef(ListKind.FOLLOWING, "d")) == Snapshot([], [])
     # Without the race, the same late follow is refused by the check before the write.
     assert store.apply([follow("e", "u", 99)]) == [] and store.followers("u") == []
+
+
+def test_the_same_millisecond_removal_hole(edge_store: EdgeStore) -> None:
+    """The documented hole: positions order events by time, then by offset in their own
+    partition, so a follow and a removal of the same millisecond on two partitions are ordered
+    by their offsets, not by which happened first. Here the follow (offset 9 on its partition)
+    outranks the removal (offset 3 on its own) although the removal was applied first."""
+    ms = 1_700_000_000_000
+    edge_store.remove_user("u", (ms << 20) | 3)
+    assert edge_store.apply([follow("u", "v", (ms << 20) | 9)]) != []
+    assert edge_store.is_following("u", "v")  # the hole: the follow survives
+    assert not edge_store.apply(
+        [follow("u", "w", ((ms - 1) << 20) | 9)]
+    )  # a millisecond older: refused
