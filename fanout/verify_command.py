@@ -42,7 +42,7 @@ def export(report: Report, path: Path) -> None:
 def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
     store = wiring.edge_store(settings)
     reader = wiring.timeline_reader(settings, store)
-    checker = AntiEntropy(store, reader.follow_lists, reader.timelines, settings.timeline_max)
+    checker = AntiEntropy(store, reader, settings.timeline_max)
     users = args.users or sample_users(list(store.users()), args.sample, args.seed)
     with Progress(console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("comparing with the edge store", total=3 * len(users))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from graph.edges import EdgeStore
 from graph.keys import ListKind, ListRef
 from graph.lists import TokenLists
-from graph.timelines import TimelineEntry
+from graph.timelines import TimelineEntry, TimelineReader
 
 
 @dataclass(slots=True)
@@ -42,44 +42,31 @@ class Report:
 
 class AntiEntropy:
     def __init__(
-        self,
-        store: EdgeStore,
-        follow_lists: TokenLists,
-        timelines: TokenLists,
-        cap: int,
-        settle_s: float = 1.0,
+        self, store: EdgeStore, reader: TimelineReader, cap: int, settle_s: float = 1.0
     ) -> None:
         self._store = store
-        self._follow_lists = follow_lists
-        self._timelines = timelines
+        self._reader = reader
+        self._follow_lists: TokenLists = reader.follow_lists
+        self._timelines: TokenLists = reader.timelines
         self._cap = cap
         self._settle_s = settle_s
 
     def expected(self, ref: ListRef) -> frozenset[str]:
-        """What a list must hold according to the store. For a timeline: the members a reader
-        may be shown (the newest ``cap`` posts of its followees that are not celebrities, whose
-        posts are merged at read time)."""
+        """What a list must hold according to the store; for a timeline, what a reader must be
+        shown: the newest ``cap`` posts of its followees (as regeneration builds it)."""
         if ref.kind is not ListKind.TIMELINE:
             return frozenset(self._store.snapshot(ref).members)
-        followees = set(self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user)))
-        fanned = followees - self._store.celebrities()
-        return frozenset(
-            TimelineEntry.of(p).member for p in self._store.recent_posts(fanned, self._cap)
-        )
+        followees = self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user))
+        posts = self._store.recent_posts(followees, self._cap)
+        return frozenset(TimelineEntry.of(p).member for p in posts)
 
     def seen(self, ref: ListRef, cached: frozenset[str]) -> frozenset[str]:
-        """What a reader is shown of a cached list: a timeline's entries of current followees,
-        newest ``cap`` first, one per post."""
+        """What a reader is shown of a cached list (for a timeline: the reader's own view, with
+        the followees as the store holds them)."""
         if ref.kind is not ListKind.TIMELINE:
             return cached
-        followees = set(self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user)))
-        entries = sorted(
-            (TimelineEntry.parse(m) for m in cached if m.split("/")[1] in followees), reverse=True
-        )
-        unique: dict[tuple[str, str], TimelineEntry] = {}
-        for entry in entries:
-            unique.setdefault((entry.author, entry.post_id), entry)
-        return frozenset(e.member for e in list(unique.values())[: self._cap])
+        following = frozenset(self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user)))
+        return frozenset(e.member for e in self._reader.view(cached, following))
 
     def check(
         self,

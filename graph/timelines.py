@@ -1,9 +1,10 @@
 """Home timelines: capped token lists of posts, plus the read-time merge for celebrities.
 
-A timeline member is ``{ts:013d}/{author}/{post_id}``: ``/`` is outside the id alphabet, and the
-zero-padded time makes byte order time order, which is what capped compaction keeps the greatest
-of. A post delivered twice (at-least-once) is the same member twice, so a read never shows it
-twice.
+A timeline member is ``{ts:013d}!{author}!{post_id}``: ``!`` is outside the id alphabet and
+below every character in it, and the time is zero-padded, so byte order is exactly the order of
+(time, author, post id), the order readers and regeneration use, which is what capped
+compaction keeps the greatest of. A post delivered twice (at-least-once) is the same member
+twice, so a read never shows it twice.
 
 What a reader sees is defined as: the newest ``cap`` posts by the authors the reader follows now.
 Posts of authors the reader no longer follows are filtered out at read time (cheaper and safer
@@ -36,11 +37,11 @@ class TimelineEntry:
 
     @property
     def member(self) -> str:
-        return f"{self.ts:013d}/{self.author}/{self.post_id}"
+        return f"{self.ts:013d}!{self.author}!{self.post_id}"
 
     @classmethod
     def parse(cls, member: str) -> TimelineEntry:
-        ts, author, post_id = member.split("/")
+        ts, author, post_id = member.split("!")
         return cls(int(ts), author, post_id)
 
     @classmethod
@@ -57,7 +58,7 @@ class TimelineEntry:
     def from_cursor(cls, cursor: str) -> TimelineEntry:
         try:
             member = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-            ts, author, post_id = member.split("/")
+            ts, author, post_id = member.split("!")
             entry = cls(int(ts), author, post_id)
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
@@ -93,16 +94,33 @@ class TimelineReader:
     ) -> list[TimelineEntry]:
         """Newest first; ``before`` (from a cursor): only entries older than that one."""
         following = self.follow_lists.read(ListRef(ListKind.FOLLOWING, user))
-        delivered = self.timelines.read(ListRef(ListKind.TIMELINE, user))
+        ref = ListRef(ListKind.TIMELINE, user)
+        delivered = self.timelines.read(ref)
+        if self.displaced(delivered, following):
+            self.timelines.invalidate([ref])
+            delivered = self.timelines.read(ref)
+        merged = self.view(delivered, following)
+        if before is not None:
+            merged = [e for e in merged if e < before]
+        return merged[:limit]
+
+    def displaced(self, delivered: frozenset[str], following: frozenset[str]) -> bool:
+        """A full timeline holding posts of authors no longer followed: a delivery that was in
+        flight during an unfollow (or a removal) landed after the regeneration, and trimming
+        to the cap may have pushed out older posts that the reader must see. Regenerate."""
+        return len(delivered) >= self._cap and any(
+            TimelineEntry.parse(m).author not in following for m in delivered
+        )
+
+    def view(self, delivered: Iterable[str], following: frozenset[str]) -> list[TimelineEntry]:
+        """What a reader is shown of a cached timeline: entries of authors followed now, the
+        celebrities' recent posts merged in, one entry per post, newest ``cap`` first."""
         celebrities = self._store.celebrities() & following
-        merged = self._merge(
+        return self._merge(
             (TimelineEntry.parse(m) for m in delivered),
             self._store.recent_posts(celebrities, self._cap) if celebrities else [],
             following,
         )
-        if before is not None:
-            merged = [e for e in merged if e < before]
-        return merged[:limit]
 
     def _merge(
         self,

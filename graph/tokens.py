@@ -4,7 +4,7 @@ A token carries the position (hex) of the edge-store write it reports, and a mem
 its token with the **greatest position** (a removal wins a tie), wherever in the list that token
 sits. Membership is last-writer-wins by position, not by append order: appends commute, so a
 replay, a zombie consumer, a redelivery or a racing partition can append in any order and the
-list decodes to the same set. Timeline entries (``{ts}/{author}/{post_id}``, add-only) carry no
+list decodes to the same set. Timeline entries (``{ts}!{author}!{post_id}``, add-only) carry no
 position; a token without one counts as position 0.
 
 Tokens are space-terminated and ``#`` is outside the id alphabet (and outside timeline entries),

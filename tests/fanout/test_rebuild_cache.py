@@ -14,7 +14,7 @@ def test_rebuild_cache_repairs_a_wrong_list(settings: Settings) -> None:
     lists = wiring.list_store(settings, store)
     star = ListRef(ListKind.FOLLOWERS, "star")
     assert lists.read(star) == {"a", "b"}
-    lists.apply({star: [(True, "zombie"), (False, "a")]})  # a stale writer's tokens
+    lists.apply({star: [(True, "zombie", 9), (False, "a", 9)]})  # tokens the store never had
     assert lists.read(star) == {"b", "zombie"}
 
     done = run_cli(settings, "rebuild-cache", "star")

@@ -24,9 +24,9 @@ members = st.sampled_from(["a", "b", "c", "a-b", "-", "x.y", "u:1", "q@r", "-a",
 positions = st.integers(min_value=0, max_value=12)
 ops = st.lists(st.tuples(st.booleans(), members, positions), max_size=60)
 cuts = st.lists(st.integers(min_value=0, max_value=100), max_size=5)
-# Timeline entries: "{ts}/{author}/{post_id}", add-only in practice, no position.
+# Timeline entries: "{ts}!{author}!{post_id}", add-only in practice, no position.
 entries = st.builds(
-    "{:013d}/{}/{}".format,
+    "{:013d}!{}!{}".format,
     st.integers(min_value=0, max_value=30),
     st.sampled_from(["a", "b-c", "d@e"]),
     st.sampled_from(["p1", "p2"]),
