@@ -72,7 +72,8 @@ class Settings(BaseSettings):
         0.01, ge=0, le=1, description="chance a writer compacts a list it appended to"
     )
     cache_prefix: str = Field("tf", description="memcached key namespace")
-    timeline_max: int = Field(800, ge=1, description="entries kept per home timeline")
+    # A timeline is one memcached item: 5000 entries of at most ~145 bytes fit the default 1 MiB.
+    timeline_max: int = Field(800, ge=1, le=5000, description="entries kept per home timeline")
     cache_heal_s: int = Field(
         3600,
         ge=1,

@@ -23,6 +23,12 @@ from graph.lists import Pending, Snapshot, TokenLists
 from graph.tokens import CorruptList, compact_shards, decode, encode_members
 
 
+def shorter(ttl: int) -> int:
+    """The expiry to write a timeline back with: a second less than it had when read, so a
+    compaction (its CAS comes within that second) never extends a timeline's life."""
+    return keep_ttl(ttl - 1) if ttl > 1 else keep_ttl(ttl)
+
+
 class CappedListStore(TokenLists):
     def deliver(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> None:
         """Append each token to the timelines of its users (a post to its followers): the
@@ -71,7 +77,8 @@ class CappedListStore(TokenLists):
             return finish
 
         finishing_all = {key: finishing(gen, snap) for key, (gen, snap) in builds.items()}
-        return fencing.commit(self.cache, finishing_all, self.head_expiry())
+        deadlines = {key: fencing.deadline(gen) for key, (gen, _) in builds.items()}
+        return fencing.commit(self.cache, finishing_all, deadlines)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -105,7 +112,8 @@ class CappedListStore(TokenLists):
 
     def _compact(self, key: bytes, item: Item) -> bool:
         (compacted,) = compact_shards([item.value], self.settings.max_members)
-        if self.cache.cas(key, compacted, item.cas, keep_ttl(item.ttl)) is Outcome.STORED:
+        outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))
+        if outcome is Outcome.STORED:
             self.stats.compactions += 1
             return True
         self.stats.compactions_lost += 1  # a write won the race: it survives, we give up
@@ -124,14 +132,23 @@ class CappedListStore(TokenLists):
             if not present[key]:
                 self._skip(by_key[key])
         items = self.cache.gets_many(full)
-        building: list[bytes] = []
+        dropped: list[bytes] = []
         for key in full:  # too big: trim it, then append again
             item = items.get(key)
-            if item is not None and fencing.timeline_building(item.value):
-                building.append(key)  # a build this full is dropped; its reader starts over
-            elif item is not None:
-                self._compact(key, item)
-        fencing.invalidate(self.cache, building)
-        for key in building:
+            if item is None:
+                continue  # gone meanwhile: the next round skips it
+            if fencing.timeline_building(item.value) or not self._trim(key, item):
+                dropped.append(key)  # a build this full, or one that trimming cannot shrink
+        fencing.invalidate(self.cache, dropped)  # (cap too big for an item): regenerate it
+        for key in dropped:
             self._skip(by_key[key])
-        return [by_key[k] for k in full if k not in building]
+        return [by_key[k] for k in full if k not in dropped]
+
+    def _trim(self, key: bytes, item: Item) -> bool:
+        """Compact a timeline that an append found full; False if that frees nothing."""
+        (compacted,) = compact_shards([item.value], self.settings.max_members)
+        if len(compacted) >= len(item.value):
+            return False
+        outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))
+        self.stats.compactions += outcome is Outcome.STORED
+        return outcome in (Outcome.STORED, Outcome.EXISTS)  # EXISTS: changed, go round

@@ -40,6 +40,8 @@ removal's token in whatever generation is current.
 from __future__ import annotations
 
 import functools
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -90,6 +92,18 @@ class Index(NamedTuple):
         return head + b" " + b"".join(b"+%s " % s for s in self.shards)
 
 
+def new_generation(lifetime_s: int) -> bytes:
+    """A fresh generation id that carries its list's absolute deadline (unix seconds, hex):
+    whoever rewrites the head later (a rollover, a compaction) writes it back with that same
+    absolute expiry, so no rewrite, however delayed, extends a list's life."""
+    return b"%08x%s" % (int(time.time()) + lifetime_s, secrets.token_hex(4).encode("ascii"))
+
+
+def deadline(gen: bytes) -> int:
+    """The absolute expiry (memcached reads an expiry past 30 days as unix time)."""
+    return int(gen[:8], 16)
+
+
 def index_marker(gen: bytes) -> bytes:
     return Index(gen, (JOURNAL,), True).encode()
 
@@ -110,7 +124,9 @@ def claim(cache: MemcacheCluster, markers: Mapping[bytes, bytes]) -> set[bytes]:
 
 
 def commit(
-    cache: MemcacheCluster, finishing: Mapping[bytes, Callable[[bytes], bytes | None]], expire: int
+    cache: MemcacheCluster,
+    finishing: Mapping[bytes, Callable[[bytes], bytes | None]],
+    expire: Mapping[bytes, int],
 ) -> set[bytes]:
     """Step 3: read each head back and CAS in ``finish(current)``; ``finish`` answers None when
     the head no longer holds this client's marker. Appends racing the CAS (a timeline's
@@ -127,7 +143,7 @@ def commit(
             value = None if item is None else finish(item.value)
             if item is not None and value is not None:
                 swaps[key] = (value, item.cas)
-        outcomes = cache.cas_many(swaps, expire) if swaps else {}
+        outcomes = cache.cas_many(swaps, {k: expire[k] for k in swaps}) if swaps else {}
         done.update(key for key, outcome in outcomes.items() if outcome is Outcome.STORED)
         todo = {k: todo[k] for k, outcome in outcomes.items() if outcome is Outcome.EXISTS}
     return done

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import random
-import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import NamedTuple, Protocol, TypeVar
 from graph import fencing
 from graph.cache import MemcacheCluster
 from graph.keys import KeySpace, ListKind, ListRef
-from graph.tokens import DecodedList, encode
+from graph.tokens import DecodedList, encode, split_tokens
 
 __all__ = [
     "ListKind",
@@ -155,7 +154,7 @@ class TokenLists(abc.ABC):
         if not unique:
             return {}
         keys = dict(zip(unique, self.index_keys(unique), strict=True))
-        gens = {ref: secrets.token_hex(4).encode("ascii") for ref in unique}
+        gens = {ref: fencing.new_generation(self.head_expiry()) for ref in unique}
         won = self._claim({keys[ref]: gens[ref] for ref in unique})
         mine = [ref for ref in unique if keys[ref] in won]
         snapshots = {ref: self.source.snapshot(ref) for ref in mine}
@@ -225,9 +224,12 @@ class TokenLists(abc.ABC):
         """``apply`` for tokens already encoded."""
         self._skipped = set()
         refs = [ref for ref, data in tokens.items() if data]
-        self._settle(
-            [Pending(r, k, tokens[r]) for r, k in zip(refs, self.index_keys(refs), strict=True)]
-        )
+        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        # A list's tokens larger than a shard go in several waves (tokens commute), so no
+        # single write can pass the server's item size limit.
+        pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
+        for wave in range(max(map(len, pieces.values()), default=0)):
+            self._settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
         self._compact_written(self._sample(list(tokens)))
 
     @property

@@ -33,7 +33,7 @@ from graph.cache import Item, Outcome, keep_ttl
 from graph.fencing import Index
 from graph.keys import ListRef, counter_key, shard_key
 from graph.lists import Pending, Snapshot, TokenLists
-from graph.tokens import CorruptList, compact_shards, decode, encode_members
+from graph.tokens import CorruptList, compact_shards, decode, encode_members, split_tokens
 
 # A list whose shards could hold its live tokens in half as many is rebuilt compact.
 MIN_SHARDS_TO_REPACK = 4
@@ -86,7 +86,9 @@ class ListStore(TokenLists):
         parts: dict[bytes, dict[bytes, bytes]] = {}
         heads: dict[bytes, bytes] = {}
         for key, (gen, snapshot) in builds.items():
-            chunks = self._chunk(encode_members(snapshot.members, snapshot.positions))
+            chunks = split_tokens(
+                encode_members(snapshot.members, snapshot.positions), self.settings.shard_bytes
+            )
             names = [b"%d" % i for i in range(len(chunks))]
             mine = {shard_key(key, gen, n): c for n, c in zip(names, chunks, strict=True)}
             mine[counter_key(shard_key(key, gen, names[-1]))] = b"%d" % len(chunks[-1])
@@ -102,7 +104,9 @@ class ListStore(TokenLists):
             return lambda current: heads[key] if current == marker else None
 
         committed = fencing.commit(
-            self.cache, {key: finishing(key) for key in complete}, self.head_expiry()
+            self.cache,
+            {key: finishing(key) for key in complete},
+            {key: fencing.deadline(builds[key][0]) for key in complete},
         )
         self.cache.delete_many(
             k
@@ -111,19 +115,6 @@ class ListStore(TokenLists):
             for k in [*mine, *self._journal(key, builds[key][0])]
         )
         return committed
-
-    def _chunk(self, data: bytes) -> list[bytes]:
-        limit = self.settings.shard_bytes
-        chunks: list[bytes] = []
-        start = 0
-        while len(data) - start > limit:
-            cut = data.rfind(b" ", start, start + limit) + 1
-            if cut <= start:  # one token longer than a shard: cannot happen with valid ids
-                raise ValueError("shard size smaller than one token")
-            chunks.append(data[start:cut])
-            start = cut
-        chunks.append(data[start:])
-        return chunks
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -231,7 +222,7 @@ class ListStore(TokenLists):
             size = sizes[counter_key(at.shard)]
             if size is None:
                 uncounted.append(at)
-            elif size > self.settings.shard_bytes and size > len(at.item.tokens):
+            elif size > self.settings.shard_bytes and not at.index.building:
                 plan.rollovers.append(at)
             else:
                 plan.appends[at.shard] = at.item.tokens
@@ -244,10 +235,11 @@ class ListStore(TokenLists):
         present = self.cache.exists_many([k for k in refused if outcomes[k] is Outcome.NOT_STORED])
         for key in refused:
             at = by_shard[key]
-            if outcomes[key] is Outcome.TOO_LARGE or present.get(key):
+            full = outcomes[key] is Outcome.TOO_LARGE or present.get(key)
+            if full and not at.index.building:
                 plan.rollovers.append(at)  # the shard is full: open a new one
-            else:  # the shard was evicted: the list is incomplete
-                broken[at.item.ref] = at.head
+            else:  # evicted (the list is incomplete), or a build's journal full: drop the
+                broken[at.item.ref] = at.head  # list, writers never wait for a build
                 self._skip(at.item)
         again += self._roll_over(plan.rollovers, broken)
         self._drop(keys, broken)
@@ -271,9 +263,6 @@ class ListStore(TokenLists):
         again: list[Pending] = []
         named: dict[bytes, tuple[_Located, bytes]] = {}
         for at in rollovers:
-            if at.index.building:
-                again.append(at.item)
-                continue
             name = secrets.token_hex(3).encode("ascii")
             named[shard_key(at.item.key, at.index.gen, name)] = (at, name)
         added = self.cache.add_many(
@@ -286,14 +275,18 @@ class ListStore(TokenLists):
         swaps: dict[bytes, tuple[bytes, bytes]] = {}
         shard_of: dict[bytes, bytes] = {}
         for key, (at, name) in named.items():
+            if added[key] is Outcome.TOO_LARGE:  # tokens past the item limit: the store has them
+                broken[at.item.ref] = at.head
+                self._skip(at.item)
+                continue
             if not added[key].ok:  # a name collision: try another
                 again.append(at.item)
                 continue
             swaps[at.item.key] = (at.head.value + b"+%s " % name, at.head.cas)
             shard_of[at.item.key] = key
-        # Keep what is left of the head's expiry: a rollover must not extend a head's life
-        # (healing is bounded by it).
-        ttls = {k: keep_ttl(named[shard_of[k]][0].head.ttl) for k in swaps}
+        # The head keeps its absolute deadline (its generation names it): a rollover, however
+        # late its CAS, never extends a list's life (healing is bounded by it).
+        ttls = {k: fencing.deadline(named[shard_of[k]][0].index.gen) for k in swaps}
         outcomes = self.cache.cas_many(swaps, ttls)
         orphans: list[bytes] = []
         for head_key, outcome in outcomes.items():

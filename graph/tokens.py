@@ -68,6 +68,21 @@ def encode_members(members: Sequence[str], positions: Sequence[int] | None = Non
     return ("+" + " +".join(map("{}#{:x}".format, members, positions)) + " ").encode("ascii")
 
 
+def split_tokens(data: bytes, limit: int) -> list[bytes]:
+    """``data`` cut at token boundaries into pieces of at most ``limit`` bytes (one piece if it
+    fits); never an empty piece unless ``data`` is empty."""
+    pieces: list[bytes] = []
+    start = 0
+    while len(data) - start > limit:
+        cut = data.rfind(b" ", start, start + limit) + 1
+        if cut <= start:  # one token longer than the limit: cannot happen with valid ids
+            raise ValueError("limit smaller than one token")
+        pieces.append(data[start:cut])
+        start = cut
+    pieces.append(data[start:])
+    return pieces
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedList:
     members: frozenset[str]
