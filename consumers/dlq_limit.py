@@ -75,7 +75,7 @@ class DlqBudget:
             )
         if limit.max_ratio is not None and len(self._failures) > limit.max_ratio * limit.window:
             raise DlqLimitExceeded(
-                f"{len(self._failures)} of the last {min(self.seen, limit.window)} events failed "
+                f"{len(self._failures)} of the last {limit.window} events failed "
                 f"to apply (FANOUT_DLQ_MAX_RATIO={limit.max_ratio} of "
                 f"FANOUT_DLQ_WINDOW={limit.window})"
             )

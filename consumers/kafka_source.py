@@ -69,6 +69,19 @@ class CommitRetriable(Exception):
     """The coordinator could not take the commit now; the same commit may succeed later."""
 
 
+def commit_failure(err: KafkaError) -> Exception:
+    """What a failed commit means: ``CommitRejected`` (drop it), ``CommitRetriable`` (retry it)
+    or ``PermanentFailure`` (halt: fatal, e.g. FENCED_INSTANCE_ID when another process runs
+    with our instance id, or not authorized)."""
+    if err.fatal():
+        return PermanentFailure(f"commit failed, fatal: {err}")
+    if err.code() in COMMIT_REBALANCED:
+        return CommitRejected(str(err))
+    if err.retriable() or err.code() in COMMIT_RETRY:
+        return CommitRetriable(str(err))
+    return PermanentFailure(f"commit failed: {err}")
+
+
 def _key(msg: Message) -> TopicPartitionKey:
     topic, partition = msg.topic(), msg.partition()
     assert topic is not None and partition is not None
@@ -264,14 +277,7 @@ class KafkaSource:
                 asynchronous=False,
             )
         except KafkaException as exc:
-            err: KafkaError = exc.args[0]
-            if err.fatal():  # e.g. FENCED_INSTANCE_ID: another process runs with our id
-                raise PermanentFailure(f"commit failed, fatal: {err}") from exc
-            if err.code() in COMMIT_REBALANCED:
-                raise CommitRejected(str(err)) from exc
-            if err.retriable() or err.code() in COMMIT_RETRY:
-                raise CommitRetriable(str(err)) from exc
-            raise PermanentFailure(f"commit failed: {err}") from exc
+            raise commit_failure(exc.args[0]) from exc
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Messages behind the high watermark per assigned partition (from fetch metadata,
