@@ -2,7 +2,8 @@
 
 The original bytes are kept as the value so an operator can fix and re-publish them; headers say
 why and where from. Sends are confirmed (flushed) before the batch that rejected them is
-committed, so a message is never both skipped and unrecorded.
+committed, so a message is never both skipped and unrecorded: a send the broker finally refused
+is queued again by the next ``confirm``, which fails until every letter is acknowledged.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class DeadLetters:
         self._topic = topic
         self._group = group
         self._errors: list[str] = []
+        self._refused: list[Rejected] = []  # sends to queue again (their delivery failed)
         self.sent = 0
 
     def send(self, rejected: Rejected) -> None:
@@ -57,6 +59,7 @@ class DeadLetters:
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 self._errors.append(str(err))
+                self._refused.append(rejected)
 
         self._producer.produce(
             self._topic,
@@ -68,8 +71,14 @@ class DeadLetters:
         self.sent += 1
         self._producer.poll(0)
 
-    def confirm(self, timeout: float = 30.0) -> None:
-        """Block until every send is acknowledged; raise if any was not."""
+    def confirm(self, timeout: float = 2.0) -> None:
+        """Block until every send is acknowledged; raise if any was not. Short, because the
+        consumer does not poll meanwhile: a slow broker is a transient failure, retried while
+        the consumer keeps its place in the group."""
+        refused, self._refused = self._refused, []
+        for rejected in refused:
+            self.send(rejected)
+            self.sent -= 1  # the same letter, sent again
         remaining = self._producer.flush(timeout)
         errors, self._errors = self._errors, []
         if remaining or errors:

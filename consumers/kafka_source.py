@@ -8,6 +8,17 @@ arrived" means nothing until that predecessor's session has expired and the grou
 
 A replay passes an explicit ``assignment`` instead: the partitions and start offsets are given,
 nothing is negotiated with the group, and commits go to the replay's own group only.
+
+While the loop retries a batch, it *pauses* the assignment and keeps polling (``keepalive``):
+librdkafka returns nothing for paused partitions but counts the poll, so the member stays in the
+group however long a dependency is down (``max.poll.interval.ms`` is a limit on the time between
+polls, not on the time a batch takes). A rebalance can still happen meanwhile; partitions
+assigned while paused are paused at once, and a revocation that touches the batch in hand is
+remembered (``lost_in_hand``) so the loop abandons that batch to the partitions' new owner.
+
+Group health is observable: ``unassigned_for()`` (seconds without an assignment, since startup
+or the last revocation) and ``changes`` (assignments, revocations, losses, times this member
+was put out of the group for not polling).
 """
 
 from __future__ import annotations
@@ -15,12 +26,66 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from consumers.halts import PermanentFailure
 
 log = logging.getLogger("fanout.consumer")
+
+# A commit refused because the group has moved on: this member no longer owns the partitions
+# (or not in this generation). Their new owner starts from the last commit, so the batch is
+# consumed again there (at-least-once); retrying the commit could only fail again.
+COMMIT_REBALANCED = {
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.STALE_MEMBER_EPOCH,
+    KafkaError._ASSIGNMENT_LOST,
+}
+# Worth retrying even when librdkafka does not flag the error retriable: the coordinator is
+# moving, loading or not answering.
+COMMIT_RETRY = {
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._WAIT_COORD,
+}
+
+TopicPartitionKey = tuple[str, int]
+
+
+class CommitRejected(Exception):
+    """The group rebalanced under this batch: drop the commit, the new owner redoes the batch."""
+
+
+class CommitRetriable(Exception):
+    """The coordinator could not take the commit now; the same commit may succeed later."""
+
+
+def commit_failure(err: KafkaError) -> Exception:
+    """What a failed commit means: ``CommitRejected`` (drop it), ``CommitRetriable`` (retry it)
+    or ``PermanentFailure`` (halt: fatal, e.g. FENCED_INSTANCE_ID when another process runs
+    with our instance id, or not authorized)."""
+    if err.fatal():
+        return PermanentFailure(f"commit failed, fatal: {err}")
+    if err.code() in COMMIT_REBALANCED:
+        return CommitRejected(str(err))
+    if err.retriable() or err.code() in COMMIT_RETRY:
+        return CommitRetriable(str(err))
+    return PermanentFailure(f"commit failed: {err}")
+
+
+def _key(msg: Message) -> TopicPartitionKey:
+    topic, partition = msg.topic(), msg.partition()
+    assert topic is not None and partition is not None
+    return (topic, partition)
 
 
 class KafkaSource:
@@ -36,6 +101,8 @@ class KafkaSource:
         instance_id: str | None = None,
     ) -> None:
         session_timeout_ms = min(45000, max(6000, max_poll_interval_ms))
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.max_poll_interval_s = max_poll_interval_ms / 1000
         self._settle_s = session_timeout_ms / 1000 + 2
         self._started = time.monotonic()
         self._consumer = Consumer(
@@ -63,6 +130,11 @@ class KafkaSource:
         self._last_change: float | None = None
         self._rebalancing = False
         self._early: list[Message] = []
+        self.changes: Counter[str] = Counter()  # assigned, revoked, lost, kicked
+        self.unassigned_since: float | None = self._started  # None while assigned
+        self._paused = False
+        self._in_hand: set[TopicPartitionKey] = set()
+        self._lost_in_hand = False
         if assignment is None:
             self._consumer.subscribe(
                 list(topics),
@@ -73,14 +145,30 @@ class KafkaSource:
         else:
             self._consumer.assign(list(assignment))
             self.assigned_at = self._last_change = time.monotonic()
+            self.unassigned_since = None
             self._settle_s = 0.0
 
     def _on_change(self, what: str, _consumer: Any, partitions: list[TopicPartition]) -> None:
         log.info("partitions %s: %s", what, sorted((p.topic, p.partition) for p in partitions))
+        self.changes[what] += 1
         self._rebalancing = what != "assigned"
         now = time.monotonic()
-        if self.assigned_at is None:
-            self.assigned_at = now
+        if what == "assigned":
+            if self._paused:  # keep a retrying loop's partitions quiet, new ones included
+                self._consumer.assign(partitions)
+                self._consumer.pause(partitions)
+            self.unassigned_since = None
+            if self.assigned_at is None:
+                self.assigned_at = now
+        else:
+            gone = {(p.topic, p.partition) for p in partitions}
+            if gone & self._in_hand:
+                self._lost_in_hand = True
+            # Fetched but not handed out: the next owner (maybe us again, from the last commit)
+            # reads them afresh.
+            self._early = [m for m in self._early if _key(m) not in gone]
+            if self.unassigned_since is None:
+                self.unassigned_since = now
         self._last_change = now
 
     def await_assignment(self, timeout: float = 60.0) -> bool:
@@ -103,16 +191,65 @@ class KafkaSource:
         messages = (
             [first, *self._consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
         )
-        good = []
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                good.append(msg)
-            elif err.code() != KafkaError._PARTITION_EOF and err.fatal():
-                raise RuntimeError(f"fatal consumer error: {err}")
+        good = [msg for msg in messages if not self._is_error(msg)]
         if good:
             self.last_message_at = time.monotonic()
         return good
+
+    def _is_error(self, msg: Message) -> bool:
+        """Whether poll returned an error event rather than a message: fatal ones raise, the
+        rest are logged."""
+        err = msg.error()
+        if err is None:
+            return False
+        if err.code() == KafkaError._PARTITION_EOF:
+            return True
+        if err.fatal():
+            raise PermanentFailure(f"fatal Kafka consumer error: {err}")
+        if err.code() == KafkaError._MAX_POLL_EXCEEDED:
+            self.changes["kicked"] += 1
+            log.warning(
+                "left the group: no poll for max.poll.interval.ms (%s); the batch in hand "
+                "will be consumed again from the last commit",
+                err,
+            )
+        else:
+            log.warning("consumer error: %s", err)
+        return True
+
+    # -- while the loop retries a batch -------------------------------------------------------
+
+    def hold(self, messages: Sequence[Message]) -> None:
+        """The loop is working on these messages (not yet committed): watch for their
+        partitions being revoked. ``hold([])`` when the loop has nothing in hand."""
+        self._in_hand = {_key(m) for m in messages}
+        self._lost_in_hand = False
+
+    def lost_in_hand(self) -> bool:
+        """A revocation or loss took a partition of the held messages since ``hold``."""
+        return self._lost_in_hand
+
+    def pause(self) -> None:
+        self._paused = True
+        self._consumer.pause(self._consumer.assignment())
+
+    def resume(self) -> None:
+        self._paused = False
+        self._consumer.resume(self._consumer.assignment())
+
+    def keepalive(self, timeout: float) -> None:
+        """Poll while paused: serves rebalance callbacks and tells librdkafka the process is
+        alive. A message can still come back (fetched just before a pause took effect): it is
+        kept, in order, for the next ``poll_batch``."""
+        msg = self._consumer.poll(timeout)
+        if msg is not None and not self._is_error(msg):
+            self._early.append(msg)
+
+    def unassigned_for(self) -> float:
+        """Seconds without a partition assignment (since startup or the last revocation);
+        0 while assigned, even to nothing (more members than partitions)."""
+        since = self.unassigned_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def idle_for(self) -> float:
         """Seconds since the last message or assignment change; 0 until settled and while a
@@ -132,11 +269,15 @@ class KafkaSource:
             assert topic is not None and partition is not None and offset is not None
             key = (topic, partition)
             highest[key] = max(highest.get(key, -1), offset)
-        if highest:
+        if not highest:
+            return
+        try:
             self._consumer.commit(
                 offsets=[TopicPartition(t, p, o + 1) for (t, p), o in highest.items()],
                 asynchronous=False,
             )
+        except KafkaException as exc:
+            raise commit_failure(exc.args[0]) from exc
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Messages behind the high watermark per assigned partition (from fetch metadata,

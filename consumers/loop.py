@@ -1,39 +1,50 @@
 """The consume loop: decode, dead-letter, apply, confirm, commit; repeat.
 
-Commit policy: a batch is committed only after its effects are applied and its dead letters are
-acknowledged. A transient failure (a memcached server or the store not answering) retries the
-same batch with backoff and never skips it. Any other exception is treated as a poison event: the
-batch is re-applied one event at a time and only the events that still fail are dead-lettered.
+Commit policy (at-least-once): a batch is committed only after its effects are applied and its
+dead letters are acknowledged. What a failure does depends on what it is
+(consumers/failures.py, graph/failures.py), never on the size of the batch:
+
+- *transient* (a memcached server or the store not answering, Kafka slow): the same batch is
+  retried with backoff, never skipped, never committed past. Meanwhile the partitions are paused
+  and polled, so the member stays in its group however long the outage lasts;
+- *permanent* (a missing table, a read-only or corrupt file, bad credentials, a fatal Kafka
+  error): the loop halts (``PermanentFailure``) without committing;
+- anything else makes the event suspect (*poison*): the batch is re-applied one event at a time
+  and the events that still fail are dead-lettered — within the dead-letter limit
+  (consumers/dlq_limit.py); past it, the loop halts (``DlqLimitExceeded``).
+
+Events of an unbroken failure streak are held back: neither dead-lettered nor committed until an
+event after them applies (or the run ends cleanly). So when every event fails, the consumer halts
+with nothing of the streak dead-lettered, with batches of one as with batches of thousands.
+
+Rebalances: if the partitions of the batch in hand are revoked while it is retried, the batch is
+abandoned to their new owner (it is consumed again from the last commit). A commit refused because
+the group moved on is dropped for the same reason.
+
+Each topic admits only its own event types (``topic_types``): a ``fanout_task`` published on the
+posts topic is dead-lettered, not applied.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from pymongo.errors import ConnectionFailure, OperationFailure
-
-from consumers.dead_letter import DeadLetterError, DeadLetters
-from consumers.kafka_source import KafkaSource
+from consumers.assignment_watch import AssignmentWatch
+from consumers.dead_letter import DeadLetters
+from consumers.dlq_limit import DlqBudget, DlqLimit
+from consumers.failures import Failure, classify
+from consumers.halts import DlqLimitExceeded, PermanentFailure, StuckWithoutAssignment
+from consumers.kafka_source import CommitRejected, KafkaSource
 from consumers.positions import Positioned, Rejected, decode_message
-from graph import CacheUnavailable, ListWriteError
-from producers import PublishError
 
 log = logging.getLogger("fanout.consumer")
-TRANSIENT = (
-    CacheUnavailable,
-    ListWriteError,
-    DeadLetterError,
-    PublishError,
-    sqlite3.OperationalError,
-    ConnectionFailure,
-    OperationFailure,
-)
+T = TypeVar("T")
+KEEPALIVE_POLL_S = 0.25  # while retrying: how often the paused consumer polls (and sees a stop)
 
 
 class Applier(Protocol):
@@ -49,8 +60,12 @@ class Applier(Protocol):
 class LoopStats:
     batches: int = 0
     applied: int = 0
-    dead_lettered: int = 0
+    dead_lettered: int = 0  # rejected + apply_failed
+    rejected: int = 0  # at decode: malformed, unknown or misplaced (input problems)
+    apply_failed: int = 0  # decoded, but the applier failed on them alone (poison)
     retries: int = 0
+    abandoned: int = 0  # batches given up to a new owner after a revocation
+    commits_rejected: int = 0  # commits refused because the group had rebalanced
     busy_s: float = 0.0  # time spent handling batches, not waiting for them
 
 
@@ -60,10 +75,27 @@ class BatchReport:
     applied: list[Positioned]
     dead_lettered: int
     seconds: float
+    rejected: int = 0
+    apply_failed: int = 0
 
 
 class Stopped(Exception):
     """Asked to stop while a batch was still failing: exit without committing it."""
+
+
+class Abandoned(Exception):
+    """The batch's partitions were revoked while it was retried: its new owner redoes it."""
+
+
+@dataclass
+class _Uncommitted:
+    """Handled, not yet committed: one batch, or the batches of a failure streak held back."""
+
+    messages: list[Any] = field(default_factory=list)
+    applied: list[Positioned] = field(default_factory=list)
+    rejected: int = 0
+    failed: list[Rejected] = field(default_factory=list)  # dead-lettered just before the commit
+    seconds: float = 0.0
 
 
 @dataclass
@@ -75,92 +107,233 @@ class ConsumeLoop:
     batch_size: int = 1000
     poll_timeout: float = 0.5
     max_backoff: float = 5.0
+    dlq_limit: DlqLimit = field(default_factory=DlqLimit)
+    # Event classes each topic admits (on top of the applier's own); None: the applier's, on
+    # every topic (stand-in appliers in tests).
+    topic_types: Mapping[str, tuple[type, ...]] | None = None
+    # ``run(until_idle=...)`` halts after this long without an assignment; None: the larger of
+    # 60 s and three session timeouts.
+    stuck_after: float | None = None
     # Called with each committed batch: progress bars and metrics observe the loop this way.
     observers: list[Callable[[BatchReport], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stats = LoopStats()
+        self.budget = DlqBudget(self.dlq_limit)
+        self._pending: _Uncommitted | None = None
+        self._accepted: dict[str | None, tuple[type, ...]] = {}
+        session = self.source.session_timeout_s
+        self.watch = AssignmentWatch(warn_after=session + self.source.max_poll_interval_s)
+        if self.stuck_after is None:
+            self.stuck_after = max(60.0, 3 * session)
 
     def run(self, until_idle: float | None = None) -> LoopStats:
         """Until stopped (or idle for ``until_idle`` seconds). A stop that arrives while a batch
         is still failing ends the run without committing that batch: a clean exit, since the
-        batch is consumed again by whoever takes the partition next."""
+        batch is consumed again by whoever takes the partition next.
+
+        Raises ``ConsumerHalted`` (consumers/halts.py) when retrying cannot help; with
+        ``until_idle``, also when no assignment has come for ``stuck_after`` seconds."""
         try:
             while not self.stop.is_set():
+                self._watch_assignment(until_idle is not None)
                 messages = self.source.poll_batch(self.batch_size, self.poll_timeout)
+                if self._pending is not None and self.source.lost_in_hand():
+                    self._abandon("held back")
                 if messages:
                     self._handle(messages)
                 elif until_idle is not None and self.source.idle_for() >= until_idle:
                     break
+            # A clean end: a streak still held back stayed within the limit, so it is poison.
+            if self._pending is not None:
+                self._commit(self._pending)
         except Stopped as exc:
             log.warning("stopped while a batch was failing (%s); it was not committed", exc)
+        except Abandoned:
+            self._abandon("being committed")
         return self.stats
+
+    def _watch_assignment(self, until_idle: bool) -> None:
+        unassigned = self.source.unassigned_for()
+        self.watch.check(unassigned, self.source.assigned_at is not None)
+        assert self.stuck_after is not None
+        if until_idle and unassigned >= self.stuck_after:
+            raise StuckWithoutAssignment(
+                f"no partition assignment for {unassigned:.0f}s (limit {self.stuck_after:.0f}s, "
+                "FANOUT_REBALANCE_STUCK_S): the group's rebalance is not completing; a static "
+                "member (FANOUT_INSTANCE_ID) that exited may be holding it up"
+            )
 
     def _handle(self, messages: list[Any]) -> None:
         started = time.monotonic()
+        batch = self._pending or _Uncommitted()
+        self._pending = None
+        self.source.hold(batch.messages + messages)
         good: list[Positioned] = []
+        rejected = 0
         for msg in messages:
-            decoded = decode_message(msg, self.applier.accepted)
+            decoded = decode_message(msg, self._accepted_on(msg.topic()))
             if isinstance(decoded, Rejected):
                 self.dead_letters.send(decoded)
-                self.stats.dead_lettered += 1
+                rejected += 1
             else:
                 good.append(decoded)
-        self._retrying(lambda: self._apply(good))
+        try:
+            budget, applied, failed = self._retrying(lambda: self._apply(good))
+        except Abandoned:
+            self._abandon("being retried")
+            return
+        self.budget = budget
+        batch.messages += messages
+        batch.applied += applied
+        batch.rejected += rejected
+        batch.failed += failed
+        batch.seconds += time.monotonic() - started
+        if budget.streak:  # the last events failed: judge them once a later event applies
+            self._pending = batch
+            return
+        self._commit(batch)
+
+    def _accepted_on(self, topic: str | None) -> tuple[type, ...]:
+        found = self._accepted.get(topic)
+        if found is None:
+            own = self.applier.accepted
+            if self.topic_types is not None:
+                allowed = self.topic_types.get(topic or "", ())
+                own = tuple(t for t in own if t in allowed)
+            found = self._accepted[topic] = own
+        return found
+
+    def _apply(self, batch: list[Positioned]) -> tuple[DlqBudget, list[Positioned], list[Rejected]]:
+        """Apply a batch; on a poison suspect, each event alone. Returns the outcomes counted
+        on a copy of the budget, which the caller adopts once the batch is through (a retried
+        batch is never counted twice), the applied events and the failed ones. Transient and
+        permanent failures propagate to ``_retrying``."""
+        trial = self.budget.copy()
+        if not batch:
+            return trial, [], []
+        try:
+            self.applier.apply(batch)
+        except Exception as exc:
+            if classify(exc) is not Failure.POISON:
+                raise
+            log.warning(
+                "batch failed (%s: %s); applying its events one at a time", type(exc).__name__, exc
+            )
+        else:
+            trial.applied(len(batch))
+            return trial, batch, []
+        applied: list[Positioned] = []
+        failed: list[Rejected] = []
+        for item in batch:
+            try:
+                self.applier.apply([item])
+            except Exception as exc:
+                if classify(exc) is not Failure.POISON:
+                    raise
+                reason = f"apply failed: {type(exc).__name__}: {exc}"
+                failed.append(Rejected(reason, item.origin, item.raw))
+                try:
+                    trial.failed()
+                except DlqLimitExceeded as halt:
+                    raise halt from exc
+            else:
+                trial.applied()
+                applied.append(item)
+        return trial, applied, failed
+
+    def _commit(self, batch: _Uncommitted) -> None:
+        """Dead-letter the batch's apply failures, confirm every dead letter, commit."""
+        self._pending = None
+        for rejected in batch.failed:
+            self.dead_letters.send(rejected)
         self._retrying(self.dead_letters.confirm)
-        self._retrying(lambda: self.source.commit(messages))
-        elapsed = time.monotonic() - started
-        report = BatchReport(messages, good, len(messages) - len(good), elapsed)
+        try:
+            self._retrying(lambda: self.source.commit(batch.messages))
+        except CommitRejected as exc:
+            self.stats.commits_rejected += 1
+            self.source.hold([])
+            log.warning(
+                "commit refused, the group has rebalanced (%s): %d messages will be consumed "
+                "again by their partitions' new owner",
+                exc,
+                len(batch.messages),
+            )
+            return
+        self.source.hold([])
+        dead = batch.rejected + len(batch.failed)
+        report = BatchReport(
+            batch.messages,
+            batch.applied,
+            dead,
+            batch.seconds,
+            rejected=batch.rejected,
+            apply_failed=len(batch.failed),
+        )
         for observe in self.observers:
             observe(report)
         self.stats.batches += 1
-        self.stats.applied += len(good)
-        self.stats.busy_s += elapsed
+        self.stats.applied += len(batch.applied)
+        self.stats.dead_lettered += dead
+        self.stats.rejected += batch.rejected
+        self.stats.apply_failed += len(batch.failed)
+        self.stats.busy_s += batch.seconds
         log.info(
             "batch applied",
             extra={
-                "messages": len(messages),
-                "applied": len(good),
-                "dead_lettered": len(messages) - len(good),
-                "ms": round(elapsed * 1000, 1),
+                "messages": len(batch.messages),
+                "applied": len(batch.applied),
+                "dead_lettered": dead,
+                "ms": round(batch.seconds * 1000, 1),
             },
         )
 
-    def _apply(self, batch: list[Positioned]) -> None:
-        if not batch:
-            return
-        try:
-            self.applier.apply(batch)
-        except TRANSIENT:
-            raise
-        except Exception:
-            log.exception("batch failed; isolating the poison event")
-            failed: list[tuple[Positioned, Exception]] = []
-            for item in batch:
-                try:
-                    self.applier.apply([item])
-                except TRANSIENT:
-                    raise
-                except Exception as exc:
-                    failed.append((item, exc))
-            if len(batch) > 1 and len(failed) == len(batch):
-                # Every event fails on its own: the fault is ours, not the input's. Crash
-                # without committing rather than dead-letter the whole stream.
-                raise failed[0][1] from None
-            for item, error in failed:
-                reason = f"apply failed: {type(error).__name__}: {error}"
-                self.dead_letters.send(Rejected(reason, item.origin, item.raw))
-                self.stats.dead_lettered += 1
+    def _abandon(self, while_: str) -> None:
+        self.stats.abandoned += 1
+        self._pending = None
+        self.source.hold([])
+        log.warning(
+            "partitions of the batch %s were revoked: abandoned, uncommitted, to their new "
+            "owner (consumed again from the last commit)",
+            while_,
+        )
 
-    def _retrying(self, step: Any) -> None:
+    def _retrying(self, step: Callable[[], T]) -> T:
+        """Run ``step`` until it succeeds, retrying transient failures with backoff while the
+        partitions are paused and polled (see consumers/kafka_source.py)."""
         backoff = 0.1
+        paused = False
+        try:
+            while True:
+                try:
+                    return step()
+                except Exception as exc:
+                    failure = classify(exc)
+                    if failure is Failure.PERMANENT:
+                        raise PermanentFailure(f"{type(exc).__name__}: {exc}") from exc
+                    if failure is not Failure.TRANSIENT:
+                        raise
+                    self.stats.retries += 1
+                    log.warning("transient failure, retrying in %.1fs: %s", backoff, exc)
+                    if not paused:
+                        self.source.pause()
+                        paused = True
+                    self._keepalive(backoff, str(exc))
+                    backoff = min(backoff * 2, self.max_backoff)
+        finally:
+            if paused:
+                self.source.resume()
+
+    def _keepalive(self, seconds: float, failing: str) -> None:
+        """Wait ``seconds`` polling the paused consumer; raise ``Stopped`` on a stop and
+        ``Abandoned`` if the batch's partitions are revoked meanwhile."""
+        deadline = time.monotonic() + seconds
         while True:
-            try:
-                step()
+            if self.stop.is_set():
+                raise Stopped(failing)
+            if self.source.lost_in_hand():
+                raise Abandoned()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return
-            except TRANSIENT as exc:
-                self.stats.retries += 1
-                log.warning("transient failure, retrying in %.1fs: %s", backoff, exc)
-                if self.stop.wait(backoff):
-                    raise Stopped(str(exc)) from exc
-                backoff = min(backoff * 2, self.max_backoff)
+            self.source.keepalive(min(remaining, KEEPALIVE_POLL_S))

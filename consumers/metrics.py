@@ -1,19 +1,66 @@
 """Prometheus metrics for a consumer, fed by the loop's batch reports.
 
 One ``ConsumerMetrics`` per process, observing one loop. List-layer and fan-out counters are
-read as deltas of the components' own stats, so the hot paths carry no metrics code.
+read as deltas of the components' own stats, so the hot paths carry no metrics code. The group
+membership figures (assigned or not, for how long, rebalances) are read from the Kafka source
+when scraped, so they move while no batch is committed: a consumer stuck in a rebalance or
+retrying through an outage shows it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from consumers.fanout_apply import FanoutStats
 from consumers.kafka_source import KafkaSource
-from consumers.loop import BatchReport
+from consumers.loop import BatchReport, LoopStats
 from graph.lists import ListStats
+
+
+class GroupCollector(Collector):
+    """Membership and the loop's exceptional outcomes, read at scrape time."""
+
+    def __init__(self, consumer: str, source: KafkaSource, stats: LoopStats | None) -> None:
+        self._consumer = consumer
+        self._source = source
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        c, source = self._consumer, self._source
+        assigned = GaugeMetricFamily(
+            "fanout_consumer_assigned",
+            "1 while the consumer holds a partition assignment (possibly empty), 0 meanwhile",
+            labels=["consumer"],
+        )
+        assigned.add_metric([c], 0.0 if source.unassigned_since is not None else 1.0)
+        unassigned = GaugeMetricFamily(
+            "fanout_unassigned_seconds",
+            "seconds without an assignment, since startup or the last revocation",
+            labels=["consumer"],
+        )
+        unassigned.add_metric([c], source.unassigned_for())
+        changes = CounterMetricFamily(
+            "fanout_rebalances",
+            "assignment changes seen: assigned, revoked, lost, kicked (left for not polling)",
+            labels=["consumer", "change"],
+        )
+        for change in ("assigned", "revoked", "lost", "kicked"):
+            changes.add_metric([c, change], float(source.changes[change]))
+        yield from (assigned, unassigned, changes)
+        if self._stats is not None:
+            outcomes = CounterMetricFamily(
+                "fanout_batch_outcomes",
+                "batches retried (attempts), abandoned after a revocation, commits refused",
+                labels=["consumer", "outcome"],
+            )
+            outcomes.add_metric([c, "retry"], float(self._stats.retries))
+            outcomes.add_metric([c, "abandoned"], float(self._stats.abandoned))
+            outcomes.add_metric([c, "commit_rejected"], float(self._stats.commits_rejected))
+            yield outcomes
 
 
 class ConsumerMetrics:
@@ -24,6 +71,7 @@ class ConsumerMetrics:
         lists: Sequence[ListStats] = (),
         fanout: FanoutStats | None = None,
         registry: CollectorRegistry | None = None,
+        loop_stats: LoopStats | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self._consumer = consumer
@@ -59,8 +107,12 @@ class ConsumerMetrics:
         )
         self.compactions = Counter("fanout_list_compactions", "lists compacted", labels, registry=r)
         self.dead_lettered = Counter(
-            "fanout_dead_lettered", "messages sent to the dead-letter topic", labels, registry=r
+            "fanout_dead_lettered",
+            "messages sent to the dead-letter topic; stage: decode (bad input) or apply (poison)",
+            [*labels, "stage"],
+            registry=r,
         )
+        r.register(GroupCollector(consumer, source, loop_stats))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
@@ -75,7 +127,8 @@ class ConsumerMetrics:
         for item in report.applied:
             self.events.labels(c, item.event.type).inc()
         self.batch_seconds.labels(c).observe(report.seconds)
-        self.dead_lettered.labels(c).inc(report.dead_lettered)
+        self.dead_lettered.labels(c, "decode").inc(report.rejected)
+        self.dead_lettered.labels(c, "apply").inc(report.apply_failed)
         for (topic, partition), behind in self._source.lag().items():
             self.lag.labels(c, topic, str(partition)).set(behind)
         self.rebuilds.labels(c).inc(self._delta("rebuilds", sum(s.rebuilds for s in self._lists)))

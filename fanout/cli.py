@@ -14,7 +14,7 @@ import orjson
 from rich.console import Console
 from rich.progress import Progress
 
-from fanout import gc_policy, logs, stack, verify_command, wiring
+from fanout import logs, stack, verify_command, wiring
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
@@ -106,23 +106,13 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_consume(args: argparse.Namespace, settings: Settings) -> int:
+    from fanout.consume_command import run_consume
+
     if args.batch_size:
         field = "graph_batch_size" if args.which == "graph" else "batch_size"
         settings = settings.model_copy(update={field: args.batch_size})
-    build = wiring.graph_loop if args.which == "graph" else wiring.fanout_loop
-    loop = build(settings, _stop_on_signals())
-    gc_policy.tune_for_consuming()
-    if args.metrics_port is not None:
-        wiring.serve_metrics(loop, args.which, args.metrics_port)
-    try:
-        stats = loop.run(until_idle=args.until_idle)
-    finally:
-        loop.source.close()
-    err_console.print(
-        f"batches {stats.batches}, applied {stats.applied}, "
-        f"dead-lettered {stats.dead_lettered}, retries {stats.retries}"
-    )
-    return 0
+    stop = _stop_on_signals()
+    return run_consume(settings, args.which, stop, args.until_idle, args.metrics_port, err_console)
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:

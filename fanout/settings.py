@@ -61,6 +61,21 @@ class Settings(BaseSettings):
     max_poll_interval_ms: int = Field(
         10000, ge=1000, description="librdkafka max.poll.interval.ms (rebalance timeout)"
     )
+    # The dead-letter limit (consumers/dlq_limit.py): events that fail to apply, alone, are
+    # poison up to these limits and a fault of ours beyond them (the consumer halts).
+    dlq_max_consecutive: int = Field(
+        10, ge=0, description="halt after more failed events in a row than this (0: no limit)"
+    )
+    dlq_max_ratio: float = Field(
+        0.1, ge=0, le=1, description="halt when more than this share of the window failed"
+    )
+    dlq_window: int = Field(1000, ge=1, description="events the ratio is taken over")
+    rebalance_stuck_s: float | None = Field(
+        None,
+        gt=0,
+        description="--until-idle halts after this long without an assignment "
+        "(default: max(60, 3 session timeouts))",
+    )
     list_shard_bytes: int = Field(
         64 * 1024, ge=256, le=1000 * 1024, description="roll a list shard over after this size"
     )

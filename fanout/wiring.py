@@ -7,6 +7,7 @@ import threading
 from confluent_kafka import TopicPartition
 
 from consumers import ConsumeLoop, DeadLetters, GraphApplier, KafkaSource
+from consumers.dlq_limit import DlqLimit
 from consumers.fanout_apply import FanoutApplier
 from consumers.loop import Applier
 from consumers.metrics import ConsumerMetrics
@@ -15,7 +16,7 @@ from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge
 from graph.capped_lists import CappedListStore
 from graph.lists import ListStats
 from graph.timelines import TimelineReader, TimelineSource
-from producers import EventPublisher
+from producers import EventPublisher, InternalPublisher
 
 
 def publisher(settings: Settings) -> EventPublisher:
@@ -75,7 +76,24 @@ def _loop(
         instance_id=f"{settings.instance_id}.{name}" if settings.instance_id else None,
     )
     dead_letters = DeadLetters(settings.kafka, settings.topics.dlq, group, settings.kafka_config)
-    return ConsumeLoop(source, applier, dead_letters, stop, batch_size=batch_size)
+    return ConsumeLoop(
+        source,
+        applier,
+        dead_letters,
+        stop,
+        batch_size=batch_size,
+        dlq_limit=dlq_limit(settings),
+        topic_types=settings.topics.accepted(),
+        stuck_after=settings.rebalance_stuck_s,
+    )
+
+
+def dlq_limit(settings: Settings) -> DlqLimit:
+    return DlqLimit(
+        max_consecutive=settings.dlq_max_consecutive or None,
+        max_ratio=settings.dlq_max_ratio,
+        window=settings.dlq_window,
+    )
 
 
 def graph_loop(
@@ -97,7 +115,8 @@ def fanout_loop(
         store,
         follow_lists,
         timeline_store(settings, store, follow_lists.cache),
-        publisher(settings),
+        # Chunk tasks are internal events: apps' publishers refuse them.
+        InternalPublisher(settings.kafka, settings.topics, settings.kafka_config),
         settings.chunk_size,
         settings.celebrity_threshold,
     )
@@ -120,7 +139,7 @@ def serve_metrics(loop: ConsumeLoop, consumer: str, port: int) -> ConsumerMetric
     elif isinstance(applier, FanoutApplier):
         lists = [applier.follow_lists.stats, applier.timelines.stats]
         fanout_stats = applier.stats
-    metrics = ConsumerMetrics(consumer, loop.source, lists, fanout_stats)
+    metrics = ConsumerMetrics(consumer, loop.source, lists, fanout_stats, loop_stats=loop.stats)
     loop.observers.append(metrics)
     metrics.serve(port)
     return metrics

@@ -1,12 +1,20 @@
-"""Pick the edge store implementation from a URL (``sqlite:///path`` or ``mongodb://...``)."""
+"""Pick the edge store implementation from a URL (``sqlite:///path`` or ``mongodb://...``).
+
+The URL can carry credentials (``mongodb://user:password@host/...``), so no error repeats it:
+``redact`` keeps the scheme and the host only.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from graph.edges import EdgeStore
 from graph.mongo_edges import FollowingMode, MongoEdgeStore
 from graph.sqlite_edges import SqliteEdgeStore
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}")
 
 
 def open_edge_store(url: str, following_mode: FollowingMode = "collection") -> EdgeStore:
@@ -18,4 +26,22 @@ def open_edge_store(url: str, following_mode: FollowingMode = "collection") -> E
         client: MongoClient[Any] = MongoClient(url, appname="timeline-fanout")
         db = client.get_default_database(default="fanout")
         return MongoEdgeStore(db, following_mode)
-    raise ValueError(f"unsupported edge store URL (want sqlite:/// or mongodb://): {url[:40]}")
+    raise ValueError(f"unsupported edge store URL (want sqlite:/// or mongodb://): {redact(url)}")
+
+
+def redact(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: never its user, password, path or query. Anything
+    that is not plainly ``scheme://...`` is not echoed at all (``user:password@host`` parses as
+    a scheme ``user``)."""
+    scheme, sep, _rest = url.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return "(not a scheme://host URL)"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # an unparsable host or port: say nothing more
+        host, port = "?", ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}{port}"

@@ -1,8 +1,10 @@
 """``EventPublisher``: the library apps import to publish graph and post events.
 
 Validation happens before anything is queued, so a bad event is an exception at the call site and
-never reaches the topic. Delivery is asynchronous; failures come back from ``flush()`` as a typed
-report instead of vanishing in a callback.
+never reaches the topic. Apps publish only app event types (follow, unfollow, post,
+user_removed); an internal type (a ``fanout_task``) is refused here, and the consumers publish
+theirs through ``InternalPublisher`` (producers/internal.py). Delivery is asynchronous; failures
+come back from ``flush()`` as a typed report instead of vanishing in a callback.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from schemas import AnyEvent, Topics, encode_event, partition_key, validate_event
+from schemas.topics import APP_TYPES, admit
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +70,10 @@ class EventPublisher:
         self._in_flight = 0
 
     def publish(self, event: AnyEvent | Mapping[str, Any], tag: object = None) -> AnyEvent:
-        """Validate, add the envelope, and queue; ``tag`` comes back with a failure."""
+        """Validate, add the envelope, and queue; ``tag`` comes back with a failure. Raises
+        ``EventDecodeError`` for an invalid event or one of a type this publisher may not send."""
         parsed = event if not isinstance(event, Mapping) else validate_event(dict(event))
+        parsed = self._admit(parsed)
         full = parsed.with_envelope()
         assert isinstance(full, type(parsed))
         event_id = full.event_id or ""
@@ -93,6 +98,9 @@ class EventPublisher:
         self._in_flight += 1
         self._producer.poll(0)
         return full
+
+    def _admit(self, event: AnyEvent) -> AnyEvent:
+        return admit(event, APP_TYPES, "apps")
 
     def flush(self, timeout: float = 30.0) -> DeliveryReport:
         """Wait for every queued event and return what happened since the last flush."""

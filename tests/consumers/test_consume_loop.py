@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from consumers import ConsumeLoop, DeadLetters, KafkaSource, Positioned
+from consumers.dlq_limit import DlqLimit
+from consumers.halts import DlqLimitExceeded
 from fanout.settings import Settings
 from graph import CacheUnavailable
 from producers import EventPublisher
@@ -18,7 +20,7 @@ from tests.kafka_helpers import read_topic
 
 
 class Recording:
-    """Applies everything except events from the follower named ``poison``."""
+    """Applies everything except events from followers named ``poison...``."""
 
     accepted: tuple[type, ...] = (Follow,)
 
@@ -29,18 +31,31 @@ class Recording:
     def apply(self, batch: Sequence[Positioned]) -> None:
         for item in batch:
             assert isinstance(item.event, Follow)
-            if self.always_fail or item.event.follower == "poison":
+            if self.always_fail or item.event.follower.startswith("poison"):
                 raise ValueError(f"cannot apply {item.event.follower}")
         self.applied += [item.event.follower for item in batch]  # type: ignore[union-attr]
 
 
-def loop_for(settings: Settings, applier: Recording) -> ConsumeLoop:
+def loop_for(
+    settings: Settings,
+    applier: Recording,
+    batch_size: int = 1000,
+    limit: DlqLimit | None = None,
+    max_poll_interval_ms: int = 10000,
+) -> ConsumeLoop:
     group = f"{settings.group}.loop"
     return ConsumeLoop(
-        KafkaSource(settings.kafka, group, [settings.topics.graph]),
+        KafkaSource(
+            settings.kafka,
+            group,
+            [settings.topics.graph],
+            max_poll_interval_ms=max_poll_interval_ms,
+        ),
         applier,
         DeadLetters(settings.kafka, settings.topics.dlq, group),
         threading.Event(),
+        batch_size=batch_size,
+        dlq_limit=limit or DlqLimit(),
     )
 
 
@@ -59,32 +74,81 @@ def committed_total(settings: Settings) -> int:
     return sum(max(tp.offset, 0) for tp in offsets)
 
 
+def when(condition: Callable[[], bool], then: Callable[[], None], timeout: float = 90) -> None:
+    """In the background: ``then()`` as soon as ``condition()`` holds (or at the timeout)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        then()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def test_a_poison_event_is_isolated_and_dead_lettered(settings: Settings) -> None:
-    publish(settings, ["a", "b", "poison", "c", "d"])  # one partition: key is the followee
+    # One partition (the key is the followee). The trailing poison event is held back until the
+    # run ends cleanly, then dead-lettered and committed like the other.
+    publish(settings, ["a", "b", "poison1", "c", "d", "poison2"])
     applier = Recording()
     loop = loop_for(settings, applier)
     stats = loop.run(until_idle=2.0)
     loop.source.close()
     assert sorted(applier.applied) == ["a", "b", "c", "d"]
-    assert stats.dead_lettered == 1
-    (dead,) = read_topic(settings.kafka, settings.topics.dlq, 1)
-    assert b"ValueError: cannot apply poison" in dict(dead.headers())["fanout.dlq.reason"]
-    assert committed_total(settings) == 5
+    assert (stats.dead_lettered, stats.apply_failed, stats.rejected) == (2, 2, 0)
+    dead = read_topic(settings.kafka, settings.topics.dlq, 2)
+    reasons = sorted(dict(m.headers())["fanout.dlq.reason"] for m in dead)
+    assert reasons == [
+        b"apply failed: ValueError: cannot apply poison1",
+        b"apply failed: ValueError: cannot apply poison2",
+    ]
+    assert committed_total(settings) == 6
 
 
-def test_when_every_event_fails_the_loop_stops_without_committing(settings: Settings) -> None:
-    publish(settings, ["a", "b", "c"])
-    loop = loop_for(settings, Recording(always_fail=True))
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("batch_size", [1, 1000])
+def test_when_every_event_fails_the_loop_halts_with_nothing_dead_lettered_or_committed(
+    settings: Settings, batch_size: int
+) -> None:
+    """The verdict does not depend on batch size: batches of one halt as batches of all do,
+    and the failure streak is never dead-lettered."""
+    publish(settings, ["a", "b", "c", "d", "e"])
+    loop = loop_for(settings, Recording(always_fail=True), batch_size, DlqLimit(max_consecutive=3))
+    with pytest.raises(DlqLimitExceeded, match="4 events in a row") as info:
         loop.run(until_idle=2.0)
     loop.source.close()
+    assert isinstance(info.value.__cause__, ValueError)
     assert committed_total(settings) == 0
     assert read_topic(settings.kafka, settings.topics.dlq, 1, timeout=2) == []
 
 
+def test_a_failure_ratio_over_the_window_halts_the_loop(settings: Settings) -> None:
+    followers = [name for i in range(6) for name in (f"ok{i}", f"poison{i}")]
+    publish(settings, followers)
+    limit = DlqLimit(max_consecutive=None, max_ratio=0.25, window=8)
+    loop = loop_for(settings, Recording(), batch_size=1, limit=limit)
+    with pytest.raises(DlqLimitExceeded, match="of the last 8 events"):
+        loop.run(until_idle=2.0)
+    loop.source.close()
+    # Batches of one: ok0 p0 ok1 p1 ok2 p2; p2 is the third failure among the last 8 (> 0.25 x 8)
+    # and halts the loop; p0 and p1 were dead-lettered and committed once ok1 and ok2 applied.
+    assert committed_total(settings) == 5
+    assert len(read_topic(settings.kafka, settings.topics.dlq, 3, timeout=5)) == 2
+
+
 class CacheDown(Recording):
+    """memcached does not answer for ``outage`` seconds from the first call (None: ever)."""
+
+    def __init__(self, outage: float | None = None) -> None:
+        super().__init__()
+        self.outage = outage
+        self.until: float | None = None
+
     def apply(self, batch: Sequence[Positioned]) -> None:
-        raise CacheUnavailable("memcached 127.0.0.1:1: connection refused")
+        if self.until is None and self.outage is not None:
+            self.until = time.monotonic() + self.outage
+        if self.until is None or time.monotonic() < self.until:
+            raise CacheUnavailable("memcached 127.0.0.1:1: connection refused")
+        super().apply(batch)
 
 
 def test_a_stop_during_a_failing_batch_exits_cleanly_without_committing(
@@ -92,15 +156,89 @@ def test_a_stop_during_a_failing_batch_exits_cleanly_without_committing(
 ) -> None:
     publish(settings, ["a", "b"])
     loop = loop_for(settings, CacheDown())
-
-    def terminate_while_retrying() -> None:  # a SIGTERM while the batch is being retried
-        deadline = time.monotonic() + 60
-        while loop.stats.retries < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        loop.stop.set()
-
-    threading.Thread(target=terminate_while_retrying, daemon=True).start()
+    when(lambda: loop.stats.retries >= 2, loop.stop.set)  # a SIGTERM while retrying
     stats = loop.run()  # returns: a supervisor's stop is not a crash
     loop.source.close()
     assert stats.retries >= 1 and stats.applied == 0
     assert committed_total(settings) == 0
+
+
+def test_retrying_longer_than_max_poll_interval_keeps_the_member_in_the_group(
+    settings: Settings,
+) -> None:
+    """Paused and polled while retrying: never put out of the group, nothing revoked."""
+    publish(settings, ["a", "b", "c"])
+    applier = CacheDown(outage=9.0)  # longer than max.poll.interval.ms
+    loop = loop_for(settings, applier, max_poll_interval_ms=6000)
+    stats = loop.run(until_idle=2.0)
+    changes = dict(loop.source.changes)  # before close(), which revokes
+    loop.source.close()
+    assert sorted(applier.applied) == ["a", "b", "c"]
+    assert stats.retries >= 5 and stats.abandoned == 0
+    assert changes == {"assigned": 1}
+    assert committed_total(settings) == 3
+
+
+def test_a_revocation_while_retrying_abandons_the_batch_to_the_new_owner(
+    settings: Settings,
+) -> None:
+    publish(settings, ["a", "b"])
+    applier = CacheDown()
+    loop = loop_for(settings, applier)
+    other = Consumer(
+        {
+            "bootstrap.servers": settings.kafka,
+            "group.id": f"{settings.group}.loop",
+            "enable.auto.commit": False,
+            "partition.assignment.strategy": "roundrobin",
+        }
+    )
+
+    def join_the_group() -> None:  # a second member joins: the group rebalances
+        while loop.stats.retries < 1 and not loop.stop.is_set():
+            time.sleep(0.05)
+        other.subscribe([settings.topics.graph])
+        while not loop.stop.is_set():
+            other.poll(0.2)
+
+    member = threading.Thread(target=join_the_group)
+    member.start()
+    when(lambda: loop.stats.abandoned >= 1, loop.stop.set)
+    stats = loop.run()
+    loop.stop.set()
+    member.join()
+    loop.source.close()
+    other.close()
+    assert stats.abandoned >= 1 and stats.applied == 0
+    assert loop.source.changes["revoked"] >= 1
+    assert committed_total(settings) == 0
+
+
+class SlowOnce(Recording):
+    """The first batch takes longer than max.poll.interval.ms (the fault under test)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.batches = 0
+
+    def apply(self, batch: Sequence[Positioned]) -> None:
+        self.batches += 1
+        if self.batches == 1:
+            time.sleep(self.seconds)
+        super().apply(batch)
+
+
+def test_a_commit_refused_after_a_rebalance_is_dropped_and_the_batch_redelivered(
+    settings: Settings,
+) -> None:
+    publish(settings, ["a", "b", "c"])
+    applier = SlowOnce(seconds=8.0)
+    loop = loop_for(settings, applier, max_poll_interval_ms=6000)
+    stats = loop.run(until_idle=2.0)
+    kicked = loop.source.changes["kicked"]
+    loop.source.close()
+    assert stats.commits_rejected == 1
+    assert kicked == 1
+    assert sorted(applier.applied) == ["a", "a", "b", "b", "c", "c"]  # at least once
+    assert committed_total(settings) == 3

@@ -6,6 +6,7 @@ import random
 import threading
 
 import orjson
+from confluent_kafka import Producer
 
 from fanout import wiring
 from fanout.settings import Settings
@@ -13,6 +14,7 @@ from graph import ListKind, ListRef
 from graph.timelines import TimelineEntry
 from producers import EventPublisher
 from tests.conftest import run_cli
+from tests.kafka_helpers import read_topic
 
 Edge = tuple[str, str]
 USERS = [f"u{i}" for i in range(80)]
@@ -159,3 +161,41 @@ def test_a_big_post_reaches_every_follower_exactly_once_with_two_consumers(
     entry = TimelineEntry(post.ts or 0, "big", "hello")
     assert all(reader.read(fan) == [entry] for fan in fans)
     assert sum(chunks) == 10
+
+
+def test_each_topic_admits_only_its_own_event_types(settings: Settings) -> None:
+    """A fan-out task forged by an app on the posts topic (it would deliver to any timeline it
+    names) is dead-lettered, never applied; so is a post on the internal task topic."""
+    with wiring.publisher(settings) as publisher:
+        publisher.publish({"type": "follow", "follower": "victim", "followee": "u1"})
+    consume(settings, "graph")
+    reader = wiring.timeline_reader(settings, wiring.edge_store(settings))
+    assert reader.read("victim") == []  # now cached: an applied task would show in it
+    forged = orjson.dumps(
+        {
+            "type": "fanout_task",
+            "author": "u1",
+            "post_id": "spam",
+            "post_ts": 1_700_000_000_000,
+            "chunk": 0,
+            "followers": ["victim"],
+        }
+    )
+    misplaced = orjson.dumps({"type": "post", "author": "u1", "post_id": "sideways"})
+    producer = Producer({"bootstrap.servers": settings.kafka})
+    producer.produce(settings.topics.posts, key=b"u1", value=forged)
+    producer.produce(settings.topics.fanout_tasks, key=b"u1", value=misplaced)
+    producer.flush(10)
+    with wiring.publisher(settings) as publisher:
+        post = publisher.publish({"type": "post", "author": "u1", "post_id": "real"})
+    consume(settings, "fanout")
+    assert reader.read("victim") == [TimelineEntry(post.ts or 0, "u1", "real")]
+    dead = {
+        m.value(): dict(m.headers()) for m in read_topic(settings.kafka, settings.topics.dlq, 2)
+    }
+    assert dead[forged]["fanout.dlq.reason"].decode() == (
+        f"type: fanout_task events do not belong on {settings.topics.posts}"
+    )
+    assert dead[misplaced]["fanout.dlq.reason"].decode() == (
+        f"type: post events do not belong on {settings.topics.fanout_tasks}"
+    )

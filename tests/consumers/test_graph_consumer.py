@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from fanout import wiring
-from fanout.settings import Settings
+from consumers.halts import PermanentFailure
+from fanout import stack, wiring
+from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
 from producers import EventPublisher
 from tests.conftest import run_cli, settings_env
@@ -165,3 +171,82 @@ def test_sigterm_finishes_the_batch_commits_and_exits(settings: Settings) -> Non
     # consumed. (Tansu's watermark answers are not reliable enough to compare against.)
     assert sum(tp.offset for tp in committed) == 500
     assert_lists_match(settings, model)
+
+
+def committed_offsets(settings: Settings, group: str) -> int:
+    consumer = Consumer({"bootstrap.servers": settings.kafka, "group.id": group})
+    topic = settings.topics.graph
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+    consumer.close()
+    return sum(max(tp.offset, 0) for tp in committed)
+
+
+def test_sigterm_mid_batch_finishes_and_commits_that_batch(settings: Settings) -> None:
+    """The signal arrives while a batch is half applied (its edges stored, its list writes
+    waiting on memcached servers that are stopped): that batch is finished, committed, and
+    nothing is consumed twice or lost."""
+    with EventPublisher(settings.kafka, settings.topics) as publisher:
+        model = random_graph_events(publisher, 2000, seed=14)
+    state = stack.StackState.load(stack_file())
+    assert state is not None
+    memcached = [s.pid for s in state.services if s.name.startswith("memcached")]
+    store = wiring.edge_store(settings)
+    for pid in memcached:  # list writes block (below the client's 2 s timeout) mid-batch
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fanout", "--log-format", "json", "consume", "graph"],
+            env=settings_env(settings),
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while not list(store.users()) and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling a condition: the batch's edges are in the store
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        for pid in memcached:
+            os.kill(pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    lines = [orjson.loads(line) for line in err.splitlines() if line.startswith(b"{")]
+    messages = [str(line["msg"]) for line in lines]
+    signalled = next(i for i, msg in enumerate(messages) if msg.startswith("signal"))
+    batches = [line for line in lines if line["msg"] == "batch applied"]
+    assert len(batches) == 1 and messages.index("batch applied") > signalled, messages
+    assert "retrying" not in err.decode()  # finished on the first attempt, not given up
+    first_run = int(str(batches[0]["applied"]))
+    assert committed_offsets(settings, f"{settings.group}.graph") == first_run > 0
+
+    done = run_cli(settings, "consume", "graph", "--until-idle", "3")
+    assert done.returncode == 0, done.stderr.decode()
+    assert f"applied {2000 - first_run}," in done.stderr.decode()  # the rest, exactly once
+    assert_lists_match(settings, model)
+
+
+def test_a_dropped_table_halts_the_consumer_without_committing(settings: Settings) -> None:
+    """A permanent store failure is not retried forever and not dead-lettered: the loop
+    halts, names it, commits nothing."""
+    loop = wiring.graph_loop(settings, threading.Event())
+    path = settings.edge_store_url.removeprefix("sqlite:///")
+    sqlite3.connect(path, isolation_level=None).execute("DROP TABLE edges")
+    with EventPublisher(settings.kafka, settings.topics) as publisher:
+        random_graph_events(publisher, 50, seed=15)
+    with pytest.raises(PermanentFailure, match="no such table: edges"):
+        loop.run(until_idle=3)
+    loop.source.close()
+    assert loop.stats.dead_lettered == loop.stats.retries == 0
+    assert committed_offsets(settings, f"{settings.group}.graph") == 0
+    assert read_topic(settings.kafka, settings.topics.dlq, 1, timeout=2) == []
+
+
+def test_a_corrupt_edge_store_file_exits_non_zero_naming_the_error(
+    settings: Settings, tmp_path: Path
+) -> None:
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database " * 400)
+    broken = settings.model_copy(update={"edge_store": f"sqlite:///{corrupt}"})
+    done = run_cli(broken, "consume", "graph", "--until-idle", "2")
+    assert done.returncode == PermanentFailure.exit_code == 4
+    err = done.stderr.decode()
+    assert "halted" in err and "file is not a database" in err

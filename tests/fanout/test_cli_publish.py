@@ -17,14 +17,18 @@ def test_publish_file_with_a_bad_line_in_the_middle(settings: Settings) -> None:
             b"{broken",
             b'{"type":"post","author":"u2","post_id":"p1","text":"hi"}',
             b'{"type":"unfollow","follower":"u1","followee":"u2"}',
+            b'{"type":"fanout_task","author":"u2","post_id":"p1","post_ts":1,"chunk":0,'
+            b'"followers":["victim"]}',
         ]
     )
     done = run_cli(settings, "publish", "--file", "-", stdin=lines)
     assert done.returncode == 1
     out = done.stdout.decode()
-    assert "published 3, rejected 2, failed 0" in out
+    assert "published 3, rejected 3, failed 0" in out
     assert "line 2: follower: must be 1..64 characters from [A-Za-z0-9_.:@-]" in out
     assert "line 4: not valid JSON" in out
+    assert "line 7: type: fanout_task events are internal: not published by apps" in out
+    assert read_topic(settings.kafka, settings.topics.fanout_tasks, 1, timeout=2) == []
     graph = [decode_event(m.value()) for m in read_topic(settings.kafka, settings.topics.graph, 2)]
     assert [e.type for e in graph] == ["follow", "unfollow"]
     assert len(read_topic(settings.kafka, settings.topics.posts, 1)) == 1

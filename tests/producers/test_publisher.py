@@ -9,7 +9,7 @@ import pytest
 
 from fanout.settings import Settings
 from fanout.stack import free_port
-from producers import EventPublisher, PublishError, create_topics
+from producers import EventPublisher, InternalPublisher, PublishError, create_topics
 from schemas import EventDecodeError, Topics, decode_event
 from tests.kafka_helpers import read_topic
 
@@ -70,3 +70,30 @@ def test_create_topics_is_idempotent(settings: Settings) -> None:
     names = [f"{settings.topic_prefix}.extra"]
     assert create_topics(settings.kafka, names, 3) == {names[0]: "created"}
     assert create_topics(settings.kafka, names, 3) == {names[0]: "exists"}
+
+
+FORGED_TASK = {
+    "type": "fanout_task",
+    "author": "u1",
+    "post_id": "p1",
+    "post_ts": 1_700_000_000_000,
+    "chunk": 0,
+    "followers": ["victim"],
+}
+
+
+def test_apps_cannot_publish_internal_fanout_tasks(settings: Settings) -> None:
+    publisher = EventPublisher(settings.kafka, settings.topics)
+    with pytest.raises(EventDecodeError, match="fanout_task events are internal") as info:
+        publisher.publish(FORGED_TASK)
+    assert info.value.field == "type"
+    assert publisher.flush().delivered == 0
+
+
+def test_the_internal_publisher_sends_tasks_and_nothing_else(settings: Settings) -> None:
+    with InternalPublisher(settings.kafka, settings.topics) as tasks:
+        with pytest.raises(EventDecodeError, match="post events are not published by"):
+            tasks.publish({"type": "post", "author": "u1", "post_id": "p1"})
+        tasks.publish(FORGED_TASK)
+    (message,) = read_topic(settings.kafka, settings.topics.fanout_tasks, 1)
+    assert decode_event(message.value()).type == "fanout_task"
