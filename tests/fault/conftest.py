@@ -29,6 +29,8 @@ SUMMARY_KEYS = [
     "kills",
     "cache_flushes",
     "memcached_restarts",
+    "removals",
+    "replays_over_live",
     "lost",
     "resurrected",
     "edge_divergent",

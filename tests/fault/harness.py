@@ -44,6 +44,7 @@ class Model:
     edges: dict[tuple[str, str], bool] = field(default_factory=dict)
     posts: list[TimelineEntry] = field(default_factory=list)
     users: set[str] = field(default_factory=set)
+    removals: int = 0
 
     def followers(self, user: str) -> set[str]:
         return {a for (a, b), on in self.edges.items() if on and b == user}
@@ -59,12 +60,24 @@ class Model:
 def publish_mix(
     publisher: EventPublisher, model: Model, count: int, seed: int, users: int = 60
 ) -> None:
-    """Follows (with re-follows), unfollows and posts, recorded in the model as acknowledged."""
+    """Follows (with re-follows), unfollows, posts and a few removals, recorded in the model
+    as acknowledged."""
     rng = random.Random(seed)
     names = [f"u{i}" for i in range(users)]
     model.users.update(names)
     for i in range(count):
         roll = rng.random()
+        if roll < 0.005:  # a removal: every edge of the user switched off
+            gone = rng.choice(names)
+            publisher.publish({"type": "user_removed", "user": gone})
+            model.removals += 1
+            for edge in model.edges:
+                if gone in edge:
+                    model.edges[edge] = False
+            # The next events carry a later millisecond: a follow in the removal's millisecond
+            # on another partition is the documented same-millisecond hole, not a fault.
+            time.sleep(0.002)
+            continue
         if roll < 0.2:
             author = names[min(int(rng.expovariate(0.15)), users - 1)]  # a few post a lot
             sent = publisher.publish({"type": "post", "author": author, "post_id": f"p{seed}x{i}"})
@@ -130,13 +143,37 @@ def run_under_fault(
                     halfway.set()
                 time.sleep(0.5)
 
+    done = threading.Event()
+
+    def read() -> None:
+        """An app's readers: lists and timelines stay cached, so deliveries and list writes
+        really append under the fault (without readers every write would be skipped and the
+        final comparison would only test regeneration)."""
+        store = wiring.edge_store(settings)
+        lists = wiring.list_store(settings, store)
+        reader = wiring.timeline_reader(settings, store)
+        while not done.is_set():
+            users = sorted(model.users)
+            kinds = (ListKind.FOLLOWERS, ListKind.FOLLOWING)
+            try:
+                lists.read_many([ListRef(kind, u) for u in users for kind in kinds])
+                reader.timelines.read_many([ListRef(ListKind.TIMELINE, u) for u in users])
+            except Exception:  # a fault under way (a server down): readers retry later
+                pass
+            done.wait(0.3)
+        store.close()
+
     producer = threading.Thread(target=produce)
+    readers = threading.Thread(target=read)
     producer.start()
+    readers.start()
     halfway.wait()
     fault()
     producer.join()
     for consumer in consumers:
         consumer.finish()
+    done.set()
+    readers.join()
     return model, consumers
 
 

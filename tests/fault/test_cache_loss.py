@@ -42,6 +42,7 @@ def test_cache_loss_mid_run_leaves_exact_lists_and_timelines(
         fault_report,
         {
             "events": SIZE,
+            "removals": model.removals,
             **counts,
             "retries": retries,
             "consumer_crashes": sum(c.crashes for c in consumers),
