@@ -80,7 +80,10 @@ def test_metrics_and_json_logs_after_a_run(settings: Settings) -> None:
     metrics, logs = run_with_metrics(settings, "graph", "fanout_events_applied_total", 50)
     graph = (("consumer", "graph"),)
     assert metrics[("fanout_events_applied_total", (*graph, ("type", "follow")))] == 50
-    assert metrics[("fanout_dead_lettered_total", graph)] == 2
+    assert metrics[("fanout_dead_lettered_total", (*graph, ("stage", "decode")))] == 2
+    assert metrics[("fanout_dead_lettered_total", (*graph, ("stage", "apply")))] == 0
+    assert metrics[("fanout_consumer_assigned", graph)] == 1
+    assert metrics[("fanout_rebalances_total", (("change", "kicked"), *graph))] == 0
     assert metrics[("fanout_batch_seconds_count", graph)] >= 1
     assert 0 < metrics[("fanout_batch_seconds_sum", graph)] < 30
     # Writes never build lists (their readers do), so the graph consumer rebuilt nothing.

@@ -195,11 +195,15 @@ def fault_settings(settings: Settings) -> Settings:
 class ConsumerProcess:
     """A `fanout consume` process that can be SIGKILLed and restarted."""
 
-    def __init__(self, settings: Settings, which: str, logs: Path) -> None:
-        # Every incarnation is the same static member, as under a supervisor that restarts it.
-        self.settings = settings.model_copy(update={"instance_id": f"fault-{which}"})
+    def __init__(
+        self, settings: Settings, which: str, logs: Path, member: str | None = "fault"
+    ) -> None:
+        # Every incarnation is the same static member, as under a supervisor that restarts it;
+        # ``member=None``: a dynamic member (it leaves the group when it stops).
+        instance = f"{member}-{which}" if member is not None else ""
+        self.settings = settings.model_copy(update={"instance_id": instance})
         self.which = which
-        self.log = logs / f"{which}.log"  # every incarnation's stderr, for post-mortems
+        self.log = logs / f"{member or 'dynamic'}-{which}.log"  # every incarnation's stderr
         self.kills = 0
         self.crashes = 0
         self.proc = self._start()
@@ -225,6 +229,33 @@ class ConsumerProcess:
     def retries(self) -> int:
         """Transient failures the incarnations logged (and retried) so far."""
         return self.log.read_text(errors="replace").count("transient failure")
+
+    def kicked(self) -> int:
+        """Times an incarnation was put out of its group for not polling (librdkafka's MAXPOLL
+        line, or the loop's own warning about it)."""
+        text = self.log.read_text(errors="replace")
+        return text.count("|MAXPOLL|") + text.count("left the group: no poll")
+
+    def wait_assigned(self, times: int = 1, timeout: float = 90) -> None:
+        """Until this member has logged ``times`` assignments (a condition on its log)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.log.read_text(errors="replace").count("partitions assigned") >= times:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.log.name}: not assigned {times}x within {timeout}s")
+
+    def kill(self) -> None:
+        """Cleanup after a failed test: no process outlives it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM: finish the batch in hand, commit, leave; a crash if it does not exit 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.wait(timeout=120) != 0:
+            self.crashes += 1
 
     def finish(self, until_idle: float = 5.0) -> None:
         """Stop gracefully, then catch up with a fresh process until idle."""
