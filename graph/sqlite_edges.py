@@ -11,7 +11,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from graph.edges import (
     EdgeChange,
@@ -107,16 +107,24 @@ class SqliteEdgeStore(StoreQueries):
     def positions(self, edges: Sequence[tuple[str, str]]) -> dict[tuple[str, str], EdgeState]:
         """What each (follower, followee) edge holds now, a few hundred edges per query (a join
         on the primary key: a row-value IN would scan the table)."""
-        found: dict[tuple[str, str], EdgeState] = {}
-        for chunk in _chunks(edges):
-            pairs = ",".join(["(?,?)"] * len(chunk))
-            rows = self._db.execute(
-                f"SELECT e.follower, e.followee, e.active, e.pos FROM (VALUES {pairs}) AS v "
-                "CROSS JOIN edges AS e ON e.followee = v.column2 AND e.follower = v.column1",
-                [x for edge in chunk for x in edge],
+        rows = self._joined(
+            "SELECT e.follower, e.followee, e.active, e.pos",
+            "edges AS e ON e.followee = v.column2 AND e.follower = v.column1",
+            edges,
+        )
+        return {(f, v): EdgeState(bool(a), p) for f, v, a, p in rows}
+
+    def _joined(
+        self, select: str, join: str, pairs: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``select`` for ``pairs`` joined on a primary key (a row-value IN would scan
+        the table), a few hundred pairs per query."""
+        for chunk in _chunks(pairs):
+            values = ",".join(["(?,?)"] * len(chunk))
+            yield from self._db.execute(
+                f"{select} FROM (VALUES {values}) AS v CROSS JOIN {join}",
+                [x for pair in chunk for x in pair],
             )
-            found.update(((f, v), EdgeState(bool(a), p)) for f, v, a, p in rows)
-        return found
 
     def remove_user(self, user: str, pos: int) -> RemovedUser:
         """Idempotent: the neighbours are the edges this removal switched off, now or in an
@@ -215,16 +223,12 @@ class SqliteEdgeStore(StoreQueries):
                 "INSERT OR IGNORE INTO posts (author, post_id, ts, text) VALUES (?, ?, ?, ?)",
                 [(p.author, p.post_id, p.ts, p.text) for p in posts],
             )
-        found: dict[tuple[str, str], int] = {}
-        for chunk in _chunks(posts):
-            pairs = ",".join(["(?,?)"] * len(chunk))
-            rows = self._db.execute(
-                f"SELECT p.author, p.post_id, p.ts FROM (VALUES {pairs}) AS v "
-                "CROSS JOIN posts AS p ON p.author = v.column1 AND p.post_id = v.column2",
-                [x for p in chunk for x in (p.author, p.post_id)],
-            )
-            found.update(((a, i), ts) for a, i, ts in rows)
-        return found
+        rows = self._joined(
+            "SELECT p.author, p.post_id, p.ts",
+            "posts AS p ON p.author = v.column1 AND p.post_id = v.column2",
+            [(p.author, p.post_id) for p in posts],
+        )
+        return {(a, i): ts for a, i, ts in rows}
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
         found: list[PostRecord] = []
