@@ -139,7 +139,7 @@ class ConsumeLoop:
                 self._watch_assignment(until_idle is not None)
                 messages = self.source.poll_batch(self.batch_size, self.poll_timeout)
                 if self._pending is not None and self.source.lost_in_hand():
-                    self._abandon("held back")
+                    self._abandon()
                 if messages:
                     self._handle(messages)
                 elif until_idle is not None and self.source.idle_for() >= until_idle:
@@ -150,7 +150,7 @@ class ConsumeLoop:
         except Stopped as exc:
             log.warning("stopped while a batch was failing (%s); it was not committed", exc)
         except Abandoned:
-            self._abandon("being committed")
+            self._abandon()
         return self.stats
 
     def _watch_assignment(self, until_idle: bool) -> None:
@@ -180,19 +180,18 @@ class ConsumeLoop:
                 good.append(decoded)
         try:
             budget, applied, failed = self._retrying(lambda: self._apply(good))
+            self.budget = budget
+            batch.messages += messages
+            batch.applied += applied
+            batch.rejected += rejected
+            batch.failed += failed
+            batch.seconds += time.monotonic() - started
+            if budget.streak:  # the last events failed: judge them once a later event applies
+                self._pending = batch
+                return
+            self._commit(batch)
         except Abandoned:
-            self._abandon("being retried")
-            return
-        self.budget = budget
-        batch.messages += messages
-        batch.applied += applied
-        batch.rejected += rejected
-        batch.failed += failed
-        batch.seconds += time.monotonic() - started
-        if budget.streak:  # the last events failed: judge them once a later event applies
-            self._pending = batch
-            return
-        self._commit(batch)
+            self._abandon()
 
     def _accepted_on(self, topic: str | None) -> tuple[type, ...]:
         found = self._accepted.get(topic)
@@ -288,14 +287,15 @@ class ConsumeLoop:
             },
         )
 
-    def _abandon(self, while_: str) -> None:
+    def _abandon(self) -> None:
+        """The partitions of the batch in hand (or held back) were revoked: its new owner
+        consumes it again from the last commit, so nothing of it is committed here."""
         self.stats.abandoned += 1
         self._pending = None
         self.source.hold([])
         log.warning(
-            "partitions of the batch %s were revoked: abandoned, uncommitted, to their new "
-            "owner (consumed again from the last commit)",
-            while_,
+            "partitions of the batch in hand were revoked: abandoned, uncommitted, to their "
+            "new owner (consumed again from the last commit)"
         )
 
     def _retrying(self, step: Callable[[], T]) -> T:
