@@ -25,7 +25,7 @@ from graph.capped_lists import CappedListStore
 from graph.edges import PostRecord
 from graph.timelines import TimelineEntry
 from graph.tokens import token
-from producers import EventPublisher, PublishError
+from producers import InternalPublisher, PublishError
 from schemas import FanoutTask, Post
 
 FANOUT_EVENTS = (Post, FanoutTask)
@@ -49,7 +49,7 @@ class FanoutApplier:
         store: EdgeStore,
         follow_lists: ListStore,
         timelines: CappedListStore,
-        tasks: EventPublisher,
+        tasks: InternalPublisher,
         chunk_size: int,
         celebrity_threshold: int,
     ) -> None:
