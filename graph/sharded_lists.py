@@ -226,7 +226,7 @@ class ListStore(TokenLists):
                 plan.rollovers.append(at)
             else:
                 plan.appends[at.shard] = at.item.tokens
-        again += self._recount(uncounted)
+        again += self._recount(uncounted, broken)
 
         by_shard = {at.shard: at for at in located}
         outcomes = self.cache.append_many(plan.appends)
@@ -245,15 +245,20 @@ class ListStore(TokenLists):
         self._drop(keys, broken)
         return again
 
-    def _recount(self, uncounted: list[_Located]) -> list[Pending]:
-        """Counter evicted: seed it from the shard's real length and go round again (a
-        missing shard is found by that round's append)."""
+    def _recount(self, uncounted: list[_Located], broken: dict[ListRef, Item]) -> list[Pending]:
+        """Counter evicted: seed it from the shard's real length and go round again. A shard
+        gone with its counter is an eviction like any other: the list is dropped (if its head
+        is unchanged) and the write skipped, never retried on a shard that cannot come back."""
         if not uncounted:
             return []
         present = self.cache.get_many([at.shard for at in uncounted])
         seeds = {counter_key(k): b"%d" % len(v) for k, v in present.items()}
         self.cache.add_many(seeds, expire=self.part_expiry())
-        return [at.item for at in uncounted]
+        for at in uncounted:
+            if at.shard not in present:
+                broken[at.item.ref] = at.head
+                self._skip(at.item)
+        return [at.item for at in uncounted if at.shard in present]
 
     def _roll_over(self, rollovers: list[_Located], broken: dict[ListRef, Item]) -> list[Pending]:
         """A shard under a fresh name holding the tokens, then the index CAS that names it.
