@@ -1,0 +1,258 @@
+"""A deterministic scheduler for actors that run as threads, one at a time.
+
+Why threads: the explorer must run the project's real, synchronous list, store and applier code
+unmodified, so it cannot turn that code into coroutines. Each actor is a thread, but a baton (one
+semaphore per actor, one back to the scheduler) lets exactly one of them run at a time. The
+running actor hands the baton back at every *yield point* (every call through a ``Proxy``, every
+virtual sleep) and the scheduler picks who goes next with its seeded ``random.Random``. Nothing
+else decides the order, so a schedule is a pure function of its seed and replays identically,
+which is what makes a failure worth printing: its seed reproduces it.
+
+This module knows nothing about the project: what a call means is for the adapter to say.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator, KeysView, Mapping, ValuesView
+from dataclasses import dataclass, field
+from typing import Any
+
+# A call that does not come back within this many wall-clock seconds means an actor blocked
+# inside real I/O while holding the baton (e.g. a lock held by a paused actor): a hang, reported
+# as such. Generous, because the machine is shared; never part of a verdict otherwise.
+HANG_S = 60.0
+
+
+class Aborted(BaseException):
+    """Raised inside an actor at its next yield point once a schedule runs past its step
+    budget (a livelock, or a wait loop spinning on the virtual clock): a BaseException so that
+    the code under test cannot swallow it in an ``except Exception``."""
+
+
+class Hang(RuntimeError):
+    """An actor did not reach its next yield point: it blocked on real I/O."""
+
+
+@dataclass(slots=True)
+class Step:
+    """One scheduling decision: ``actor`` was let through to make ``call``."""
+
+    index: int
+    actor: str
+    call: str
+    args: tuple[Any, ...] = ()
+    result: Any = None
+    done: bool = False  # the call returned (it may have raised instead)
+
+
+@dataclass(slots=True)
+class Actor:
+    name: str
+    body: Callable[[], None]
+    wake_at: int = 0  # not eligible before this step: lets a passive actor act late
+    go: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    started: bool = False
+    done: bool = False
+    error: BaseException | None = None
+    priority: float = 0.0
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of a call argument that later mutation cannot change (the trace must show what
+    was passed); iterators are materialised by ``Proxy`` before this sees them."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, KeysView | ValuesView | set | frozenset):
+        return list(value)
+    return value
+
+
+class Scheduler:
+    """Runs actors one at a time, choosing the next one at every yield point.
+
+    Two strategies, picked per schedule by the seed: ``random`` (a uniform choice at every
+    step: fine-grained interleavings) and ``pct`` (random priorities, the running actor demoted
+    at a few random change points: long runs of one actor broken at random places, which finds
+    bugs that need a few precise preemptions with far better odds than uniform choice).
+    ``serial`` runs the actors one after the other, for checking the explorer itself."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        max_steps: int = 6000,
+        pct_depth: int = 3,
+        strategy: str | None = None,
+    ) -> None:
+        self.rng = rng
+        self.max_steps = max_steps
+        self.strategy = strategy or rng.choice(["random", "pct"])
+        self.steps: list[Step] = []
+        self.clock = 0.0  # virtual seconds: advanced only by ``sleep``
+        self.aborted = False
+        self._actors: list[Actor] = []
+        self._by_thread: dict[int, Actor] = {}
+        self._back = threading.Semaphore(0)
+        self._current: Actor | None = None
+        self._change_points = sorted(rng.sample(range(1, 300), pct_depth - 1))
+        self._demotions = 0
+
+    # -- setting up -------------------------------------------------------------------------------
+
+    def spawn(self, name: str, body: Callable[[], None], wake_at: int = 0) -> None:
+        self._actors.append(Actor(name, body, wake_at, priority=self.rng.random()))
+
+    # -- called from actor threads ----------------------------------------------------------------
+
+    def current(self) -> str | None:
+        actor = self._by_thread.get(threading.get_ident())
+        return actor.name if actor else None
+
+    def pause(self, call: str, args: tuple[Any, ...] = ()) -> Step | None:
+        """A yield point: give the baton back and wait to be chosen; then the caller makes
+        ``call``. Outside an actor thread (setup, checks) this does nothing."""
+        actor = self._by_thread.get(threading.get_ident())
+        if actor is None:
+            return None
+        if self.aborted:
+            raise Aborted(call)
+        self._back.release()
+        actor.go.acquire()
+        if self.aborted:
+            raise Aborted(call)
+        step = Step(len(self.steps), actor.name, call, tuple(map(snapshot, args)))
+        self.steps.append(step)
+        return step
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep`` made virtual: a yield point that advances the virtual clock, so a
+        wait loop with a deadline ends after the same number of steps in every replay. Under
+        ``pct`` the sleeper is demoted, as a spinning thread would otherwise starve the one
+        it waits for."""
+        actor = self._by_thread.get(threading.get_ident())
+        self.clock += seconds
+        if actor is not None and self.strategy == "pct":
+            actor.priority = -1.0 - self._demotions
+            self._demotions += 1
+        self.pause("sleep")
+
+    def monotonic(self) -> float:
+        return self.clock
+
+    def idle_until(self, step: int) -> None:
+        """Let other actors run until the schedule reaches ``step`` (a passive actor, such
+        as an evictor, acting late rather than only at the start), without spending steps."""
+        actor = self._by_thread.get(threading.get_ident())
+        if actor is not None and step > len(self.steps):
+            actor.wake_at = step
+            self.pause("wake")
+
+    # -- the scheduling loop ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run every actor to completion. Raises ``Hang`` if one blocks on real I/O."""
+        threads = []
+        for actor in self._actors:
+            thread = threading.Thread(
+                target=self._main, args=(actor,), name=f"explore-{actor.name}", daemon=True
+            )
+            threads.append(thread)
+            thread.start()
+        while True:
+            live = [a for a in self._actors if not a.done]
+            if not live:
+                break
+            actor = self._choose(live)
+            if len(self.steps) >= self.max_steps:
+                self.aborted = True  # every actor unwinds at its next yield point
+            self._current = actor
+            actor.go.release()
+            if not self._back.acquire(timeout=HANG_S):
+                self.aborted = True
+                raise Hang(f"{actor.name} did not yield within {HANG_S}s")
+        for thread in threads:
+            thread.join()
+
+    def errors(self) -> list[tuple[str, BaseException]]:
+        return [(a.name, a.error) for a in self._actors if a.error is not None]
+
+    def _choose(self, live: list[Actor]) -> Actor:
+        now = len(self.steps)
+        awake = [a for a in live if a.wake_at <= now]
+        if not awake:  # everyone left is waiting for a later step: jump to the earliest
+            first = min(a.wake_at for a in live)
+            awake = [a for a in live if a.wake_at == first]
+        if self.strategy == "random":
+            return self.rng.choice(awake)
+        if self.strategy == "serial":  # one actor at a time, to completion: the sanity check
+            return awake[0]
+        if self._change_points and now >= self._change_points[0] and self._current is not None:
+            self._change_points.pop(0)
+            self._current.priority = -1.0 - self._demotions
+            self._demotions += 1
+        return max(awake, key=lambda a: a.priority)
+
+    def _main(self, actor: Actor) -> None:
+        self._by_thread[threading.get_ident()] = actor
+        actor.go.acquire()
+        actor.started = True
+        self.steps.append(Step(len(self.steps), actor.name, "start", done=True))
+        try:
+            if not self.aborted:
+                actor.body()
+        except BaseException as exc:  # reported by the explorer, never lost in a thread
+            actor.error = exc
+        finally:
+            actor.done = True
+            self._back.release()
+
+
+class Proxy:
+    """Makes every public method call on ``target`` a yield point of ``scheduler``, recorded
+    as a step named ``{name}.{method}`` with its arguments and result. Attribute reads that
+    are not calls pass through. ``normalize`` may rewrite a result into an equivalent canonical
+    form (e.g. a dict in the order of the keys asked for, not in whatever order the servers
+    answered), so that nothing downstream depends on things a seed does not fix; ``observe``
+    sees every completed call (the explorer uses it to learn which keys exist)."""
+
+    def __init__(
+        self,
+        target: Any,
+        scheduler: Scheduler,
+        name: str,
+        observe: Callable[[str, tuple[Any, ...], Any], None] | None = None,
+        normalize: Callable[[str, tuple[Any, ...], Any], Any] | None = None,
+    ) -> None:
+        self._target = target
+        self._scheduler = scheduler
+        self._name = name
+        self._observe = observe
+        self._normalize = normalize
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._target, attr)
+        if attr.startswith("_") or not callable(value):
+            return value
+        scheduler, name, observe, normalize = (
+            self._scheduler,
+            self._name,
+            self._observe,
+            self._normalize,
+        )
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # A generator argument would be consumed by the record: materialise it first.
+            args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)
+            step = scheduler.pause(f"{name}.{attr}", args)
+            result = value(*args, **kwargs)
+            if normalize is not None:
+                result = normalize(attr, args, result)
+            if step is not None:
+                step.result = snapshot(result)
+                step.done = True
+            if observe is not None:
+                observe(attr, args, result)
+            return result
+
+        return call
