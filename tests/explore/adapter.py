@@ -430,8 +430,9 @@ class World:
             parts = []
             for key, value in values.items():
                 shown = self._value(value) if isinstance(value, bytes) else str(value)
-                ok = outcome.get(key, "?") if done else "…"
-                mark = {True: "✓", False: "✗", None: "∅"}.get(ok, str(ok))
+                ok: Any = outcome.get(key, "?") if done else "…"
+                marks: dict[Any, str] = {True: "✓", False: "✗", None: "∅"}
+                mark = marks.get(ok, str(ok))
                 parts.append(f"{self.short(key)}{'+=' if name != 'set_many' else '='}{shown}{mark}")
             return " ".join(parts)
         if name == "cas":
@@ -509,6 +510,8 @@ class _Forensics:
             return "store-removal-race" if self._store_race(edge) else ""
         if self._removal_forgot(edge, failure.list_id):
             return "removal-not-idempotent"
+        if self._redelivery_superseded(edge):
+            return "redelivery-superseded"
         key = f"{self.ns}:{KIND_CODES[kind]}:{user}".encode()
         writes = self._writes(edge, post)
         commit, gen_prefix = self._commit(key, kind)
@@ -570,9 +573,8 @@ class _Forensics:
                     removed == followee and follower in s.result.followers
                 ):
                     found.append((self._commit_of(s.index), s.actor, "remove_user"))
-            elif s.call == "store.store_posts" and post:
-                if any(p.post_id == post for p in s.args[0]):
-                    found.append((self._commit_of(s.index), s.actor, "store_posts"))
+            elif s.call == "store.store_posts" and any(p.post_id == post for p in s.args[0]):
+                found.append((self._commit_of(s.index), s.actor, "store_posts"))
         return sorted(found)
 
     def _store_race(self, edge: tuple[str, str]) -> bool:
@@ -600,21 +602,44 @@ class _Forensics:
         if kind == TIMELINE:
             return False
         removals = [s for s in self.steps if s.call == "store.remove_user" and s.done]
-        named = [s for s in removals if s.args[0] in edge and owner in self._neighbours(s)]
-        later = [
-            s
-            for s in removals
-            if named
-            and s.index > named[0].index
-            and s.args == named[0].args
-            and owner not in self._neighbours(s)
-        ]
-        return bool(named and later)
+        for first in removals:
+            if first.args[0] not in edge or owner not in self._neighbours(first):
+                continue
+            if any(
+                s.index > first.index and s.args == first.args and owner not in self._neighbours(s)
+                for s in removals
+            ):
+                return True
+        return False
+
+    def _redelivery_superseded(self, edge: tuple[str, str]) -> bool:
+        """A batch crashed after its store step with this edge's change current; by its
+        redelivery a removal had stamped the edge with the removal's position, so the change
+        was no longer current and its token was never appended (and the removal did not name
+        the neighbour: the edge was already inactive in the store)."""
+        applies = [s for s in self.steps if s.call == "store.apply" and s.done]
+        for first in applies:
+            for change in first.result:
+                if (change.follower, change.followee) != edge:
+                    continue
+                for again in applies:
+                    if (
+                        again.index > first.index
+                        and again.actor == first.actor
+                        and change in again.args[0]
+                        and change not in again.result
+                        and any(
+                            s.call == "store.remove_user" and s.args[0] in edge
+                            for s in self.steps[first.index : again.index]
+                        )
+                    ):
+                        return True
+        return False
 
     @staticmethod
     def _neighbours(step: Step) -> set[str]:
         result = step.result
-        return set(result.followers) | set(result.following) | {step.args[0]}
+        return set(result.followers) | set(result.following)
 
     # -- the cache's side -------------------------------------------------------------------------
 
@@ -699,9 +724,10 @@ class _Forensics:
         taken = None
         for s in reversed(self.steps[:commit]):
             if s.actor == rebuilder and s.call == "cache.add_many" and s.done:
-                if s.result.get(lease):
-                    taken = s.index
-                    break
+                if not s.result.get(lease):
+                    continue
+                taken = s.index
+                break
         if taken is None:
             return False
         for s in self.steps[taken:commit]:

@@ -93,8 +93,8 @@ class Schedule:
 
 class Log:
     """An event log over ``partitions`` partitions, keyed as the project keys them (follows by
-    followee, removals by user, posts by author), with strictly increasing event times so that
-    no two positions tie (the same-millisecond hole is documented, not explored)."""
+    followee, removals by user, posts by author). Event times increase within a partition and
+    never repeat across partitions: the same-millisecond hole is documented, not explored."""
 
     def __init__(self, rng: random.Random, users: Sequence[str], partitions: int) -> None:
         self.rng = rng
@@ -102,7 +102,10 @@ class Log:
         self.partitions = partitions
         self.events: list[Event] = []
         self._offsets = [0] * partitions
-        self._ts = 1000
+        self._tick = 100
+        # Producers' clocks disagree: a partition's events may be stamped a few events older
+        # than those of another, so a late-applied follow can be older than a removal.
+        self._skew = [rng.choice([0, 0, -2, -4]) for _ in range(partitions)]
         self._posts = 0
 
     def partition_of(self, key: str) -> int:
@@ -111,8 +114,9 @@ class Log:
     def add(self, kind: Kind, user: str, other: str = "") -> Event:
         key = other if kind in ("follow", "unfollow") else user
         p = self.partition_of(key)
-        self._ts += self.rng.randint(1, 3)
-        event = Event(kind, user, other, self._ts, p, self._offsets[p])
+        self._tick += self.rng.randint(1, 2)
+        ts = 10 * (self._tick + self._skew[p]) + p  # unique: no two events share a millisecond
+        event = Event(kind, user, other, ts, p, self._offsets[p])
         self._offsets[p] += 1
         self.events.append(event)
         return event
@@ -132,9 +136,12 @@ class Log:
         r = rng.random()
         if r < removal:
             return self.add("removed", rng.choice(sorted({*followers, *followees})))
-        followed = sorted({(e.user, e.other) for e in self.events if e.kind == "follow"})
-        if r < removal + unfollow and followed:
-            follower, followee = rng.choice(followed)
+        follows = [(e.user, e.other) for e in self.events if e.kind == "follow"]
+        if r < removal + unfollow and follows:
+            # Half the time the newest follow: follow-then-unfollow of one edge in quick
+            # succession is where a late token of either does harm.
+            recent = rng.random() < 0.5
+            follower, followee = follows[-1] if recent else rng.choice(sorted(set(follows)))
             return self.add("unfollow", follower, followee)
         follower = rng.choice(followers)
         followee = rng.choice([u for u in followees if u != follower])
@@ -153,15 +160,44 @@ def _batches(rng: random.Random, events: Sequence[Event], most: int = 3) -> list
 
 @dataclass(slots=True)
 class Workload:
+    """A seed's event log and the mix of actors around it."""
+
     log: Log
-    setup: int
+    setup: int  # events applied (and lists warmed) before the actors start
     lists: list[ListId]  # every list the invariant checks
-    warm: list[ListId]  # lists read (so cached) before the actors start
-    crash_rate: float = 0.15  # batches applied store-only, then delivered again
-    twice_rate: float = 0.1  # batches delivered twice
-    replay: float = 0.5  # chance of a replaying writer
+    warm: list[ListId]  # lists read, so cached, before the actors start
+    crash: float = 0.15  # share of graph batches applied store-only, then delivered again
+    twice: float = 0.1  # share of batches delivered twice
+    replay: float = 0.3  # chance of a writer replaying an older slice of one partition
+    zombie: float = 0.3  # chance of a revoked consumer still applying its partition's batches
     readers: int = 2
     timeline_readers: Sequence[str] = ()
+    evictions: tuple[int, int] = (1, 3)
+    restart: float = 0.15
+    invalidate: float = 0.4
+
+    @property
+    def live(self) -> list[Event]:
+        return self.log.events[self.setup :]
+
+    @property
+    def horizon(self) -> int:
+        """Roughly how many steps the writers take: passive actors act within it."""
+        return 25 * len(self.live) + 40
+
+    def hot(self) -> list[ListId]:
+        """Lists the live events write to (readers favour them: that is where races are)."""
+        hot: dict[ListId, None] = {}
+        for e in self.live:
+            if e.kind in ("follow", "unfollow"):
+                hot.update(dict.fromkeys([("followers", e.other), ("following", e.user)]))
+                if self.timeline_readers:
+                    hot[("timeline", e.user)] = None
+            elif e.kind == "removed":
+                for other in self.log.events:
+                    if e.user in (other.user, other.other) and other.kind != "post":
+                        hot.update(dict.fromkeys(_graph_lists([other.user, other.other])))
+        return [i for i in self.lists if i in hot] or self.lists
 
 
 def _graph_lists(users: Sequence[str]) -> list[ListId]:
@@ -171,52 +207,78 @@ def _graph_lists(users: Sequence[str]) -> list[ListId]:
 def workload(scenario: str, rng: random.Random) -> Workload:
     """What a seed's actors will do, by scenario:
 
-    - ``graph``: follows/unfollows among five users on two partitions, a rare removal;
-    - ``removal``: removals often, and crashes between store and lists often;
+    - ``graph``: follows and unfollows among four users on two partitions, a rare removal,
+      replays and zombie consumers, evictions;
+    - ``removal``: removals often, and crashes between the store and the lists often;
     - ``hotlist``: one user follows and unfollows many, so its following list, written from
-      both partitions, rolls over and gets compacted under concurrent writers;
-    - ``timeline``: readers follow authors who post; home timelines are read, regenerated,
-      invalidated by follows."""
+      both partitions, rolls over (tiny shards) and is compacted under concurrent writers
+      while keys are evicted;
+    - ``timeline``: readers follow and unfollow authors who post; home timelines are read,
+      regenerated and invalidated by the follows."""
     if scenario == "timeline":
         readers, authors = ["r0", "r1"], ["a0", "a1", "a2"]
         log = Log(rng, [*authors, *readers], 2)
-        for _ in range(rng.randint(2, 4)):
+        for _ in range(rng.randint(1, 3)):
             log.graph_event(readers, authors, unfollow=0.0)
         for _ in range(rng.randint(2, 4)):
             log.post(rng.choice(authors))
         setup = len(log.events)
         for _ in range(rng.randint(5, 9)):
-            if rng.random() < 0.45:
+            if rng.random() < 0.4:
                 log.post(rng.choice(authors))
             else:
                 log.graph_event(readers, authors, unfollow=0.35)
         timelines = [("timeline", r) for r in readers]
         lists = _graph_lists([*authors, *readers]) + timelines
-        warm = [i for i in lists if rng.random() < 0.8]
-        return Workload(log, setup, lists, warm, 0.1, 0.1, 0.3, 2, readers)
+        warm = [i for i in lists if rng.random() < 0.7]
+        return Workload(
+            log, setup, lists, warm, crash=0.1, replay=0.2, zombie=0.2, timeline_readers=readers
+        )
     if scenario == "hotlist":
-        users = [f"u{i}" for i in range(12)]
+        users = [f"u{i}" for i in range(10)]
         log = Log(rng, users, 2)
-        for _ in range(rng.randint(8, 14)):
+        for _ in range(rng.randint(6, 12)):
             log.graph_event(["u0"], users, unfollow=0.1)
         setup = len(log.events)
-        for _ in range(rng.randint(10, 16)):
+        for _ in range(rng.randint(8, 14)):
             log.graph_event(["u0", "u0", "u0", "u1"], users, unfollow=0.3)
         lists = _graph_lists(users)
         warm = [("following", "u0"), *(i for i in lists if rng.random() < 0.5)]
-        return Workload(log, setup, lists, warm, 0.05, 0.05, 0.4, 2)
-    removal = scenario == "removal"
-    users = [f"u{i}" for i in range(5)]
+        return Workload(
+            log, setup, lists, warm, crash=0.05, zombie=0.5, evictions=(2, 6), restart=0.1
+        )
+    if scenario == "removal":
+        # One victim, followed and following on both partitions around its removal; its
+        # edges are mostly new ones (an edge that exists is stamped by the removal instead).
+        users = [f"u{i}" for i in range(6)]
+        victim, others = users[0], users[1:]
+        log = Log(rng, users, 2)
+        for _ in range(rng.randint(2, 5)):
+            log.graph_event(users, users, unfollow=0.2)
+        setup = len(log.events)
+        removals = set(rng.sample(range(8), rng.randint(1, 2)))
+        for i in range(rng.randint(7, 10)):
+            other = rng.choice(others)
+            if i in removals:
+                log.add("removed", victim)
+            elif rng.random() < 0.65:
+                pair = (victim, other) if rng.random() < 0.5 else (other, victim)
+                log.add("unfollow" if rng.random() < 0.2 else "follow", *pair)
+            else:
+                log.graph_event(others, others, unfollow=0.3)
+        lists = _graph_lists(users)
+        warm = [i for i in lists if rng.random() < 0.75]
+        return Workload(log, setup, lists, warm, crash=0.3, replay=0.2, zombie=0.2)
+    users = [f"u{i}" for i in range(4)]
     log = Log(rng, users, 2)
     for _ in range(rng.randint(3, 6)):
         log.graph_event(users, users, unfollow=0.2)
     setup = len(log.events)
     for _ in range(rng.randint(6, 10)):
-        log.graph_event(users, users, unfollow=0.3, removal=0.25 if removal else 0.06)
+        log.graph_event(users, users, unfollow=0.3, removal=0.05)
     lists = _graph_lists(users)
     warm = [i for i in lists if rng.random() < 0.75]
-    crash = 0.3 if removal else 0.12
-    return Workload(log, setup, lists, warm, crash, 0.1, 0.5, 2)
+    return Workload(log, setup, lists, warm, crash=0.1, replay=0.4, zombie=0.4, evictions=(1, 4))
 
 
 # -- actors --------------------------------------------------------------------------------------
@@ -249,7 +311,14 @@ class Actors:
         self.sched.spawn(name, main, wake_at)
         self.run.actors.append(f"{name}@{wake_at}" if wake_at else name)
 
-    def writer(self, name: str, batches: list[list[Event]], crash: float, twice: float) -> None:
+    def writer(
+        self,
+        name: str,
+        batches: list[list[Event]],
+        crash: float,
+        twice: float,
+        wake_at: int = 0,
+    ) -> None:
         """A graph consumer on one partition (or a fan-out consumer): batches in order,
         some delivered twice, some crashing after the store step and then delivered again;
         a transient error retries the batch, as the consume loop does."""
@@ -266,7 +335,7 @@ class Actors:
                 for _ in range(2 if mode == "twice" else 1):
                     self._deliver(proc, batch)
 
-        self.spawn(name, body)
+        self.spawn(name, body, wake_at)
 
     def _deliver(self, proc: adapter.Process, batch: list[Event]) -> None:
         self.sched.pause("batch", (" ".join(map(str, batch)),))
@@ -278,31 +347,38 @@ class Actors:
                 if attempt == WRITER_ATTEMPTS - 1:
                     raise
 
-    def reader(self, name: str, reads: list[list[ListId]], wake_at: int) -> None:
+    def reader(self, name: str, reads: list[tuple[int, list[ListId]]]) -> None:
+        """Reads lists (rebuilding absent ones, compacting dirty ones) at the given steps."""
+
         def body(proc: adapter.Process) -> None:
-            for ids in reads:
+            for at, ids in reads:
+                self.sched.idle_until(at)
                 self.sched.pause("read", tuple(f"{k}:{u}" for k, u in ids))
                 proc.read(ids)
 
-        self.spawn(name, body, wake_at)
+        self.spawn(name, body, reads[0][0])
 
-    def invalidator(self, ops: list[tuple[bool, list[ListId]]], wake_at: int) -> None:
+    def invalidator(self, ops: list[tuple[int, bool, list[ListId]]]) -> None:
         """``fanout rebuild-cache`` (force rebuild) or a bare invalidation of a few lists."""
 
         def body(proc: adapter.Process) -> None:
-            for rebuild, ids in ops:
-                self.sched.pause("rebuild" if rebuild else "invalidate")
+            for at, rebuild, ids in ops:
+                self.sched.idle_until(at)
+                name = "rebuild" if rebuild else "invalidate"
+                self.sched.pause(name, tuple(f"{k}:{u}" for k, u in ids))
                 (proc.rebuild if rebuild else proc.invalidate)(ids)
 
-        self.spawn("invalidator", body, wake_at)
+        self.spawn("invalidator", body, ops[0][0])
 
     def evictor(self, times: list[int]) -> None:
-        """DELETEs a key the proxy has seen written, as memcached's LRU would: half the time
-        one of the few most recently written (the keys of work in flight), else any."""
+        """DELETEs a key the proxy has seen written, as memcached's LRU would: mostly one of the
+        most recently written (the keys of work in flight: a lease, a new shard), else any."""
         rng = random.Random(self.rng.getrandbits(32))
 
-        def pick(keys: list[bytes]) -> bytes:
-            return rng.choice(keys[:6] if rng.random() < 0.5 else keys)
+        def pick(keys: list[bytes]) -> bytes:  # most recent first
+            if rng.random() < 0.3:
+                return rng.choice(keys)
+            return keys[min(int(rng.expovariate(0.4)), len(keys) - 1)]
 
         def body(proc: adapter.Process) -> None:
             for at in times:
@@ -326,36 +402,49 @@ class Actors:
 
 def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
     """The actors of one schedule, drawn from its workload."""
-    log = load.log
-    live = log.events[load.setup :]
+    log, horizon = load.log, load.horizon
+    writers: dict[int, list[list[Event]]] = {}
     for p in range(log.partitions):
-        mine = [e for e in live if e.partition == p and e.kind != "post"]
+        mine = [e for e in load.live if e.partition == p and e.kind != "post"]
         if mine:
-            actors.writer(f"graph{p}", _batches(rng, mine), load.crash_rate, load.twice_rate)
-    posts = [e for e in live if e.kind == "post"]
+            writers[p] = _batches(rng, mine)
+            actors.writer(f"graph{p}", writers[p], load.crash, load.twice)
+    posts = [e for e in load.live if e.kind == "post"]
     if posts:
-        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice_rate)
-    if rng.random() < load.replay:
+        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice)
+    if writers and rng.random() < load.zombie:  # still applying the batches it had
+        p = rng.choice(sorted(writers))
+        batches = writers[p][rng.randrange(len(writers[p])) :]
+        actors.writer("zombie", batches, 0.0, 0.0, wake_at=rng.randrange(horizon // 4))
+    if rng.random() < load.replay:  # from an old offset to somewhere in the live part
         p = rng.randrange(log.partitions)
         part = [e for e in log.events if e.partition == p and e.kind != "post"]
+        old = sum(1 for e in part if e not in load.live)
         if len(part) >= 2:
-            start = rng.randrange(len(part) - 1)
+            start = rng.randrange(min(old + 1, len(part) - 1))
             end = rng.randint(start + 2, len(part))
-            actors.writer("replay", _batches(rng, part[start:end]), 0.0, 0.0)
+            replayed = _batches(rng, part[start:end])
+            actors.writer("replay", replayed, 0.0, 0.0, wake_at=rng.randrange(horizon // 3))
+    hot = load.hot()
     for i in range(load.readers):
-        reads = [
-            rng.sample(load.lists, rng.randint(1, 4))
-            + [("timeline", u) for u in load.timeline_readers if rng.random() < 0.5]
-            for _ in range(rng.randint(2, 4))
+        reads = []
+        for _ in range(rng.randint(3, 6)):
+            pool = hot if rng.random() < 0.7 else load.lists
+            ids = rng.sample(pool, min(len(pool), rng.randint(1, 3)))
+            ids += [("timeline", u) for u in load.timeline_readers if rng.random() < 0.5]
+            reads.append((rng.randrange(horizon), ids))
+        actors.reader(f"reader{i}", sorted(reads))
+    if rng.random() < load.invalidate:
+        ops = [
+            (rng.randrange(horizon), rng.random() < 0.5, rng.sample(hot, min(2, len(hot))))
+            for _ in range(rng.randint(1, 2))
         ]
-        actors.reader(f"reader{i}", reads, rng.randrange(30))
-    if rng.random() < 0.5:
-        ops = [(rng.random() < 0.5, rng.sample(load.lists, 2)) for _ in range(rng.randint(1, 2))]
-        actors.invalidator(ops, rng.randrange(60))
-    if rng.random() < 0.7:
-        actors.evictor(sorted(rng.randrange(5, 150) for _ in range(rng.randint(1, 3))))
-    if rng.random() < 0.15:
-        actors.restarter(rng.randrange(5, 120), rng.randrange(2))
+        actors.invalidator(sorted(ops))
+    low, high = load.evictions
+    if rng.random() < 0.75:
+        actors.evictor(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(low, high))))
+    if rng.random() < load.restart:
+        actors.restarter(rng.randrange(5, horizon), rng.randrange(2))
 
 
 # -- one schedule --------------------------------------------------------------------------------
@@ -371,7 +460,8 @@ def run_schedule(
     """Draw, run and check one schedule. Deterministic in (scenario, seed, strategy)."""
     rng = random.Random(f"{scenario}:{seed}")  # str seeds hash with sha512: stable everywhere
     knobs = adapter.Knobs(
-        shard_bytes=rng.choice([64, 96, 128]),
+        # Hot lists get tiny shards (a few tokens each) so that rollovers race each other.
+        shard_bytes=rng.choice([16, 24, 32] if scenario == "hotlist" else [64, 96, 128]),
         dirty_min=rng.choice([2, 3, 4]),
         dirty_ratio=rng.choice([0.3, 0.5]),
         compact_write_prob=rng.choice([0.0, 0.1, 0.2]),

@@ -72,10 +72,14 @@ def snapshot(value: Any) -> Any:
 class Scheduler:
     """Runs actors one at a time, choosing the next one at every yield point.
 
-    Two strategies, picked per schedule by the seed: ``random`` (a uniform choice at every
-    step: fine-grained interleavings) and ``pct`` (random priorities, the running actor demoted
-    at a few random change points: long runs of one actor broken at random places, which finds
-    bugs that need a few precise preemptions with far better odds than uniform choice).
+    Three strategies, picked per schedule by the seed:
+    - ``random``: a uniform choice at every step (fine-grained interleavings);
+    - ``sticky``: the running actor goes on with a probability drawn per schedule, else a
+      uniform choice. Most races need one actor stopped inside a window of a few steps while
+      another runs a whole sequence (a removal and its invalidation, a rebuild and its
+      commit); uniform choice rarely lets one actor run many steps in a row;
+    - ``pct``: random priorities, the running actor demoted at a few random change points
+      (long runs broken at random places: few but precise preemptions).
     ``serial`` runs the actors one after the other, for checking the explorer itself."""
 
     def __init__(
@@ -87,7 +91,8 @@ class Scheduler:
     ) -> None:
         self.rng = rng
         self.max_steps = max_steps
-        self.strategy = strategy or rng.choice(["random", "pct"])
+        self.strategy = strategy or rng.choice(["random", "sticky", "sticky", "pct"])
+        self.stickiness = rng.uniform(0.6, 0.9)
         self.steps: list[Step] = []
         self.clock = 0.0  # virtual seconds: advanced only by ``sleep``
         self.aborted = False
@@ -184,6 +189,11 @@ class Scheduler:
             first = min(a.wake_at for a in live)
             awake = [a for a in live if a.wake_at == first]
         if self.strategy == "random":
+            return self.rng.choice(awake)
+        if self.strategy == "sticky":
+            current = self._current
+            if current is not None and current in awake and self.rng.random() < self.stickiness:
+                return current
             return self.rng.choice(awake)
         if self.strategy == "serial":  # one actor at a time, to completion: the sanity check
             return awake[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_random_schedules_leave_every_list_equal_to_the_store(cache: MemcacheClu
 
 
 @pytest.mark.skipif("FANOUT_EXPLORE_SEED" not in os.environ, reason="set FANOUT_EXPLORE_SEED")
-def test_replay_one_seed(cache: MemcacheCluster, tmp_path) -> None:
+def test_replay_one_seed(cache: MemcacheCluster, tmp_path: Path) -> None:
     scenario, _, seed = os.environ["FANOUT_EXPLORE_SEED"].partition(":")
     run = run_schedule(cache, tmp_path, scenario, int(seed))
     print(run.report(limit=10_000))
