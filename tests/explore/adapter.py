@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,7 @@ from schemas import AnyEvent, Follow, Post, Unfollow, UserRemoved
 from tests.explore.model import Event, ListId
 from tests.explore.scheduler import Proxy, Scheduler, Step
 
-__all__ = ["PROJECT_API", "TRANSIENT", "Knobs", "Process", "World"]
+__all__ = ["PROJECT_API", "TRANSIENT", "Knobs", "Process", "World", "is_read", "is_write"]
 
 PROJECT_API = (
     "MemcacheCluster(servers) and its batch methods",
@@ -117,6 +117,56 @@ class _YieldingConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+READS = frozenset(
+    {
+        "store.all_members",
+        "store.recent_posts",
+        "store.followers",
+        "store.following",
+        "sql.select",
+        "cache.get_many",
+        "cache.gets_many",
+        "cache.exists_many",
+    }
+)
+
+
+def is_read(call: str) -> bool:
+    """Calls that read shared state (the store, an index, a lease): the moments after which
+    a preemption is most likely to expose a read-then-act race."""
+    return call in READS
+
+
+WRITES = frozenset(
+    {
+        "store.apply",
+        "store.remove_user",
+        "store.store_posts",
+        "sql.begin",
+        "cache.add_many",
+        "cache.append_many",
+        "cache.append_to_each",
+        "cache.set_many",
+        "cache.cas",
+        "cache.delete_many",
+        "cache.flush_all",
+        "fault.evict",
+        "fault.restart",
+    }
+)
+
+
+def is_write(call: str) -> bool:
+    """Calls that change shared state (a store transaction, a cache write, a fault)."""
+    return call in WRITES
+
+
+def _no_keys(method: str, args: tuple[Any, ...]) -> bool:
+    """A batch call with an empty batch (the list code makes many: no leases to take, no
+    shards to rewrite): it sends nothing to memcached, so it is not a yield point."""
+    return method != "flush_all" and bool(args) and isinstance(args[0], Sized) and not args[0]
 
 
 def _canonical(method: str, args: tuple[Any, ...], result: Any) -> Any:
@@ -279,7 +329,7 @@ class World:
         self.scheduler = scheduler
         self.cache = cast(
             MemcacheCluster,
-            Proxy(self.cluster, scheduler, "cache", self._seen, _canonical),
+            Proxy(self.cluster, scheduler, "cache", self._seen, _canonical, _no_keys),
         )
         patches = {
             "time": SimpleNamespace(monotonic=scheduler.monotonic, sleep=scheduler.sleep),
@@ -532,7 +582,7 @@ class _Forensics:
         if commit is None:
             return ""
         rebuilder = self.steps[commit].actor
-        read = self._rebuild_read(rebuilder, commit, kind)
+        read = self._rebuild_read(rebuilder, commit, kind, user)
         if read is None:
             return ""
         raced = [w for w in writes if read < w[0] < commit]
@@ -590,9 +640,10 @@ class _Forensics:
             write = next((t.index for t in mine if t.call == "sql.begin"), None)
             if read is None or write is None:
                 continue
-            for t in self.steps[read:write]:
+            for t in self.steps[:write]:
                 if t.call == "store.remove_user" and t.args[0] in edge:
-                    return True
+                    if read < self._commit_of(t.index) < write:
+                        return True
         return False
 
     def _removal_forgot(self, edge: tuple[str, str], list_id: ListId) -> bool:
@@ -713,11 +764,20 @@ class _Forensics:
                         return True
         return False
 
-    def _rebuild_read(self, actor: str, commit: int, kind: str) -> int | None:
-        """When the rebuild that committed at ``commit`` read the store."""
+    def _rebuild_read(self, actor: str, commit: int, kind: str, user: str) -> int | None:
+        """When the rebuild that committed at ``commit`` read the store for this list (a
+        timeline: the owner's following list)."""
+        wanted = ListRef(ListKind.FOLLOWING, user) if kind == TIMELINE else _ref((kind, user))
         for s in reversed(self.steps[:commit]):
-            if s.actor == actor and s.call == "store.all_members":
-                return s.index
+            if s.actor == actor and s.call == "store.all_members" and s.args[0] == wanted:
+                return next(
+                    (
+                        t.index
+                        for t in self.steps[s.index :]
+                        if t.actor == actor and t.call == "sql.select"
+                    ),
+                    s.index,
+                )
         return None
 
     def _lease_lost(self, lease: bytes, rebuilder: str, commit: int) -> bool:

@@ -56,7 +56,7 @@ class Actor:
     started: bool = False
     done: bool = False
     error: BaseException | None = None
-    priority: float = 0.0
+    pending: str = ""  # the call it is stopped before
 
 
 def snapshot(value: Any) -> Any:
@@ -74,25 +74,36 @@ class Scheduler:
 
     Three strategies, picked per schedule by the seed:
     - ``random``: a uniform choice at every step (fine-grained interleavings);
-    - ``sticky``: the running actor goes on with a probability drawn per schedule, else a
-      uniform choice. Most races need one actor stopped inside a window of a few steps while
-      another runs a whole sequence (a removal and its invalidation, a rebuild and its
-      commit); uniform choice rarely lets one actor run many steps in a row;
-    - ``pct``: random priorities, the running actor demoted at a few random change points
-      (long runs broken at random places: few but precise preemptions).
+    - ``sticky``: the running actor goes on with a probability drawn per schedule, else
+      another is chosen uniformly; but right after a call that ``is_read`` says read shared
+      state, the actor is preempted with a (high) probability drawn per schedule. Most races
+      are read-then-act: one actor stopped between reading the truth (the store, an index, a
+      lease) and acting on it, while another runs a whole sequence (a removal and its
+      invalidation, a rollover); uniform choice rarely lets one actor run many steps in a row,
+      and rarely stops one at the moment that matters;
+    - ``conflict``: ``sticky``, but the actor that takes over after a read is, with a
+      probability drawn per schedule, one whose next call (known: every paused actor is
+      stopped just before a call) writes shared state. Read, someone else's write, act: the
+      shape of every stale-read race, made common instead of lucky.
+    (PCT-style priority schedules were tried too and found nothing the others did not.)
     ``serial`` runs the actors one after the other, for checking the explorer itself."""
 
     def __init__(
         self,
         rng: random.Random,
         max_steps: int = 6000,
-        pct_depth: int = 3,
         strategy: str | None = None,
+        is_read: Callable[[str], bool] | None = None,
+        is_write: Callable[[str], bool] | None = None,
     ) -> None:
         self.rng = rng
         self.max_steps = max_steps
-        self.strategy = strategy or rng.choice(["random", "sticky", "sticky", "pct"])
+        self.strategy = strategy or rng.choice(["random", "sticky", "conflict", "conflict"])
         self.stickiness = rng.uniform(0.6, 0.9)
+        self.preempt_after_read = rng.uniform(0.4, 0.9)
+        self.write_first = rng.uniform(0.5, 0.95)
+        self._is_read = is_read or (lambda call: False)
+        self._is_write = is_write or (lambda call: False)
         self.steps: list[Step] = []
         self.clock = 0.0  # virtual seconds: advanced only by ``sleep``
         self.aborted = False
@@ -100,13 +111,11 @@ class Scheduler:
         self._by_thread: dict[int, Actor] = {}
         self._back = threading.Semaphore(0)
         self._current: Actor | None = None
-        self._change_points = sorted(rng.sample(range(1, 300), pct_depth - 1))
-        self._demotions = 0
 
     # -- setting up -------------------------------------------------------------------------------
 
     def spawn(self, name: str, body: Callable[[], None], wake_at: int = 0) -> None:
-        self._actors.append(Actor(name, body, wake_at, priority=self.rng.random()))
+        self._actors.append(Actor(name, body, wake_at))
 
     # -- called from actor threads ----------------------------------------------------------------
 
@@ -122,6 +131,7 @@ class Scheduler:
             return None
         if self.aborted:
             raise Aborted(call)
+        actor.pending = call
         self._back.release()
         actor.go.acquire()
         if self.aborted:
@@ -132,14 +142,9 @@ class Scheduler:
 
     def sleep(self, seconds: float) -> None:
         """``time.sleep`` made virtual: a yield point that advances the virtual clock, so a
-        wait loop with a deadline ends after the same number of steps in every replay. Under
-        ``pct`` the sleeper is demoted, as a spinning thread would otherwise starve the one
-        it waits for."""
-        actor = self._by_thread.get(threading.get_ident())
+        wait loop with a deadline ends after the same number of steps in every replay. The
+        sleeper is never chosen next if anyone else can run (it waits for someone)."""
         self.clock += seconds
-        if actor is not None and self.strategy == "pct":
-            actor.priority = -1.0 - self._demotions
-            self._demotions += 1
         self.pause("sleep")
 
     def monotonic(self) -> float:
@@ -188,20 +193,24 @@ class Scheduler:
         if not awake:  # everyone left is waiting for a later step: jump to the earliest
             first = min(a.wake_at for a in live)
             awake = [a for a in live if a.wake_at == first]
-        if self.strategy == "random":
-            return self.rng.choice(awake)
-        if self.strategy == "sticky":
-            current = self._current
-            if current is not None and current in awake and self.rng.random() < self.stickiness:
-                return current
-            return self.rng.choice(awake)
         if self.strategy == "serial":  # one actor at a time, to completion: the sanity check
             return awake[0]
-        if self._change_points and now >= self._change_points[0] and self._current is not None:
-            self._change_points.pop(0)
-            self._current.priority = -1.0 - self._demotions
-            self._demotions += 1
-        return max(awake, key=lambda a: a.priority)
+        current = self._current
+        last = self.steps[-1] if self.steps else None
+        others = [a for a in awake if a is not current]
+        if last is not None and last.call == "sleep" and others:
+            return self.rng.choice(others)
+        if self.strategy == "random" or current is None or current not in awake:
+            return self.rng.choice(awake)
+        just_read = last is not None and last.actor == current.name and self._is_read(last.call)
+        stay = 1.0 - self.preempt_after_read if just_read else self.stickiness
+        if not others or self.rng.random() < stay:
+            return current
+        if just_read and self.strategy == "conflict" and self.rng.random() < self.write_first:
+            writers = [a for a in others if self._is_write(a.pending)]
+            if writers:
+                return self.rng.choice(writers)
+        return self.rng.choice(others)
 
     def _main(self, actor: Actor) -> None:
         self._by_thread[threading.get_ident()] = actor
@@ -224,7 +233,9 @@ class Proxy:
     are not calls pass through. ``normalize`` may rewrite a result into an equivalent canonical
     form (e.g. a dict in the order of the keys asked for, not in whatever order the servers
     answered), so that nothing downstream depends on things a seed does not fix; ``observe``
-    sees every completed call (the explorer uses it to learn which keys exist)."""
+    sees every completed call (the explorer uses it to learn which keys exist). A call that
+    ``idle`` says touches nothing (a batch of no keys) is made without a yield point: it
+    cannot race anything, and the steps it would take only dilute the interleavings."""
 
     def __init__(
         self,
@@ -233,27 +244,32 @@ class Proxy:
         name: str,
         observe: Callable[[str, tuple[Any, ...], Any], None] | None = None,
         normalize: Callable[[str, tuple[Any, ...], Any], Any] | None = None,
+        idle: Callable[[str, tuple[Any, ...]], bool] | None = None,
     ) -> None:
         self._target = target
         self._scheduler = scheduler
         self._name = name
         self._observe = observe
         self._normalize = normalize
+        self._idle = idle
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._target, attr)
         if attr.startswith("_") or not callable(value):
             return value
-        scheduler, name, observe, normalize = (
+        scheduler, name, observe, normalize, idle = (
             self._scheduler,
             self._name,
             self._observe,
             self._normalize,
+            self._idle,
         )
 
         def call(*args: Any, **kwargs: Any) -> Any:
             # A generator argument would be consumed by the record: materialise it first.
             args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)
+            if idle is not None and idle(attr, args):
+                return value(*args, **kwargs)
             step = scheduler.pause(f"{name}.{attr}", args)
             result = value(*args, **kwargs)
             if normalize is not None:
