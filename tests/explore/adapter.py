@@ -641,9 +641,9 @@ class _Forensics:
             if read is None or write is None:
                 continue
             for t in self.steps[:write]:
-                if t.call == "store.remove_user" and t.args[0] in edge:
-                    if read < self._commit_of(t.index) < write:
-                        return True
+                removal = t.call == "store.remove_user" and t.args[0] in edge
+                if removal and read < self._commit_of(t.index) < write:
+                    return True
         return False
 
     def _removal_forgot(self, edge: tuple[str, str], list_id: ListId) -> bool:
@@ -770,14 +770,8 @@ class _Forensics:
         wanted = ListRef(ListKind.FOLLOWING, user) if kind == TIMELINE else _ref((kind, user))
         for s in reversed(self.steps[:commit]):
             if s.actor == actor and s.call == "store.all_members" and s.args[0] == wanted:
-                return next(
-                    (
-                        t.index
-                        for t in self.steps[s.index :]
-                        if t.actor == actor and t.call == "sql.select"
-                    ),
-                    s.index,
-                )
+                mine = (t for t in self.steps[s.index :] if t.actor == actor)
+                return next((t.index for t in mine if t.call == "sql.select"), s.index)
         return None
 
     def _lease_lost(self, lease: bytes, rebuilder: str, commit: int) -> bool:
