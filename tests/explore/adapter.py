@@ -42,7 +42,16 @@ from schemas import AnyEvent, Follow, Post, Unfollow, UserRemoved
 from tests.explore.model import Event, ListId
 from tests.explore.scheduler import Proxy, Scheduler, Step
 
-__all__ = ["PROJECT_API", "TRANSIENT", "Knobs", "Process", "World", "is_read", "is_write"]
+__all__ = [
+    "PROJECT_API",
+    "TRANSIENT",
+    "Knobs",
+    "Process",
+    "World",
+    "footprint",
+    "is_read",
+    "is_write",
+]
 
 PROJECT_API = (
     "MemcacheCluster(servers) and its batch methods",
@@ -92,14 +101,16 @@ class _YieldingConnection:
     transaction: a paused actor holding SQLite's write lock would block the actor that runs
     next for the whole busy timeout (and a transaction is atomic anyway)."""
 
-    def __init__(self, conn: sqlite3.Connection, scheduler: Scheduler) -> None:
+    def __init__(self, conn: sqlite3.Connection, scheduler: Scheduler, store: _Tracked) -> None:
         self._conn = conn
         self._scheduler = scheduler
+        self._store = store
 
     def _pause(self, sql: str) -> None:
         if not self._conn.in_transaction:
             table = re.search(r"\b(edges|users|posts|celebrities)\b", sql)
-            self._scheduler.pause(f"sql.{sql.split()[0].lower()}", (table[0] if table else "",))
+            call = f"sql.{sql.split()[0].lower()}"
+            self._scheduler.pause(call, (table[0] if table else "", self._store.users))
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         self._pause(sql)
@@ -117,6 +128,68 @@ class _YieldingConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+class _Tracked:
+    """The edge store, remembering which users the call in progress is about, so that the
+    SQL yield points inside it have a footprint too (see ``footprint``)."""
+
+    def __init__(self, store: SqliteEdgeStore) -> None:
+        self._store = store
+        self.users: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.users = _store_users(name, args)
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.users = frozenset()
+
+        return call
+
+
+def _store_users(method: str, args: tuple[Any, ...]) -> frozenset[str]:
+    if not args:
+        return frozenset()
+    first = args[0]
+    if method == "apply":
+        return frozenset(u for c in first for u in c.edge)
+    if method in ("remove_user", "followers", "following", "counts"):
+        return frozenset([first])
+    if method == "all_members":
+        return frozenset([first.user])
+    if method == "recent_posts":
+        return frozenset(first)
+    if method == "store_posts":
+        return frozenset(p.author for p in first)
+    return frozenset()
+
+
+def footprint(call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
+    """The users a call is about: a store call's edges or lists, the owners of the cache keys
+    (``{ns}:{kind}:{user}...``). None for faults, which may hit anything. The scheduler lets
+    a writer whose footprint meets a reader's go next: a conflict, not just any write."""
+    if call.startswith("fault."):
+        return None
+    if call.startswith("sql."):
+        return frozenset(args[1]) if len(args) > 1 else frozenset()
+    if call.startswith("store."):
+        return _store_users(call.split(".", 1)[1], args)
+    if call.startswith("cache.") and args:
+        first = args[0]
+        if call == "cache.append_to_each":
+            keys = [k for _, ks in first for k in ks]
+        elif isinstance(first, bytes):
+            keys = [first]
+        else:
+            keys = list(first)
+        return frozenset(k.split(b":")[2].decode() for k in keys if k.count(b":") >= 2)
+    return frozenset()
 
 
 READS = frozenset(
@@ -218,8 +291,9 @@ class Process:
         self._raw = raw
         scheduler = world.scheduler
         if scheduled and scheduler is not None:
-            raw._db = cast(sqlite3.Connection, _YieldingConnection(raw._db, scheduler))
-            store = cast(EdgeStore, Proxy(raw, scheduler, "store"))
+            tracked = _Tracked(raw)
+            raw._db = cast(sqlite3.Connection, _YieldingConnection(raw._db, scheduler, tracked))
+            store = cast(EdgeStore, Proxy(tracked, scheduler, "store"))
             cache = world.cache
         else:  # setup and checks: not scheduled, but in the same canonical order
             store, cache = raw, world.cache
@@ -446,7 +520,7 @@ class World:
         if call.startswith("store."):
             return f"store.{name}{self._describe_store(name, args, result, step.done)}"
         if call.startswith("sql."):
-            return f"sql {name} {args[0] if args else ''}"
+            return f"sql {name} {args[0] if args else ''}".rstrip()
         if call == "fault.evict":
             return f"EVICT {self.short(args[0]) if args and args[0] else 'nothing'}"
         if call == "fault.restart":
@@ -573,11 +647,13 @@ class _Forensics:
                 return "shard-readded"
             if sign == extra:  # the token says what the list says: it was stale when appended
                 before = [w for w in writes if w[0] < at]
-                if actor == "replay":
-                    return "replay-resurrects"
-                if before and before[-1][2] == "remove_user":
+                if not before or before[-1][1] == actor:
+                    return "stale-append"
+                if before[-1][2] == "remove_user":  # a removal from the other partition
                     return "removal-vs-follow"
-                return "stale-append"
+                # The edge's own partition, applied by a second consumer (a replay, a
+                # zombie) between this writer's store step and its append.
+                return "replay-or-zombie"
             return ""
         if commit is None:
             return ""

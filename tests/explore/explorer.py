@@ -343,7 +343,7 @@ class Actors:
         def body(proc: adapter.Process) -> None:
             for batch, mode in zip(batches, modes, strict=True):
                 if mode == "crash" and any(e.kind != "post" for e in batch):
-                    self.sched.pause("crash-after-store", (" ".join(map(str, batch)),))
+                    self.sched.note("crash-after-store", (" ".join(map(str, batch)),))
                     proc.apply_store_only(batch)
                 for _ in range(2 if mode == "twice" else 1):
                     self._deliver(proc, batch)
@@ -351,7 +351,7 @@ class Actors:
         self.spawn(name, body, wake_at)
 
     def _deliver(self, proc: adapter.Process, batch: list[Event]) -> None:
-        self.sched.pause("batch", (" ".join(map(str, batch)),))
+        self.sched.note("batch", (" ".join(map(str, batch)),))
         for attempt in range(WRITER_ATTEMPTS):
             try:
                 proc.apply(batch)
@@ -366,7 +366,7 @@ class Actors:
         def body(proc: adapter.Process) -> None:
             for at, ids in reads:
                 self.sched.idle_until(at)
-                self.sched.pause("read", tuple(f"{k}:{u}" for k, u in ids))
+                self.sched.note("read", tuple(f"{k}:{u}" for k, u in ids))
                 proc.read(ids)
 
         self.spawn(name, body, reads[0][0])
@@ -378,7 +378,7 @@ class Actors:
             for at, rebuild, ids in ops:
                 self.sched.idle_until(at)
                 name = "rebuild" if rebuild else "invalidate"
-                self.sched.pause(name, tuple(f"{k}:{u}" for k, u in ids))
+                self.sched.note(name, tuple(f"{k}:{u}" for k, u in ids))
                 (proc.rebuild if rebuild else proc.invalidate)(ids)
 
         self.spawn("invalidator", body, ops[0][0])
@@ -502,6 +502,7 @@ def run_schedule(
         strategy=strategy,
         is_read=adapter.is_read,
         is_write=adapter.is_write,
+        footprint=adapter.footprint,
     )
     run.strategy = sched.strategy
     with world.scheduled(sched):

@@ -57,6 +57,7 @@ class Actor:
     done: bool = False
     error: BaseException | None = None
     pending: str = ""  # the call it is stopped before
+    pending_args: tuple[Any, ...] = ()
 
 
 def snapshot(value: Any) -> Any:
@@ -81,10 +82,12 @@ class Scheduler:
       lease) and acting on it, while another runs a whole sequence (a removal and its
       invalidation, a rollover); uniform choice rarely lets one actor run many steps in a row,
       and rarely stops one at the moment that matters;
-    - ``conflict``: ``sticky``, but the actor that takes over after a read is, with a
-      probability drawn per schedule, one whose next call (known: every paused actor is
-      stopped just before a call) writes shared state. Read, someone else's write, act: the
-      shape of every stale-read race, made common instead of lucky.
+    - ``conflict``: ``sticky``, but the actor that takes over is, with a probability drawn
+      per schedule, one whose next call (known: every paused actor is stopped just before a
+      call) conflicts with the call just made: after a read, a write (preferably to what was
+      read: their ``footprint``s meet); after a write, any access to what was written. Read,
+      someone else's write to it, act: the shape of every stale-read race, made common
+      instead of lucky.
     (PCT-style priority schedules were tried too and found nothing the others did not.)
     ``serial`` runs the actors one after the other, for checking the explorer itself."""
 
@@ -95,6 +98,7 @@ class Scheduler:
         strategy: str | None = None,
         is_read: Callable[[str], bool] | None = None,
         is_write: Callable[[str], bool] | None = None,
+        footprint: Callable[[str, tuple[Any, ...]], frozenset[str] | None] | None = None,
     ) -> None:
         self.rng = rng
         self.max_steps = max_steps
@@ -104,6 +108,7 @@ class Scheduler:
         self.write_first = rng.uniform(0.5, 0.95)
         self._is_read = is_read or (lambda call: False)
         self._is_write = is_write or (lambda call: False)
+        self._footprint = footprint or (lambda call, args: None)
         self.steps: list[Step] = []
         self.clock = 0.0  # virtual seconds: advanced only by ``sleep``
         self.aborted = False
@@ -111,6 +116,7 @@ class Scheduler:
         self._by_thread: dict[int, Actor] = {}
         self._back = threading.Semaphore(0)
         self._current: Actor | None = None
+        self._last: Step | None = None  # the last yield point let through (not a note)
 
     # -- setting up -------------------------------------------------------------------------------
 
@@ -131,14 +137,22 @@ class Scheduler:
             return None
         if self.aborted:
             raise Aborted(call)
-        actor.pending = call
+        actor.pending, actor.pending_args = call, args
         self._back.release()
         actor.go.acquire()
         if self.aborted:
             raise Aborted(call)
         step = Step(len(self.steps), actor.name, call, tuple(map(snapshot, args)))
         self.steps.append(step)
+        self._last = step
         return step
+
+    def note(self, call: str, args: tuple[Any, ...] = ()) -> None:
+        """A line in the trace that is not a yield point (what an actor is about to do):
+        it changes nothing shared, so stopping there would only dilute the interleavings."""
+        actor = self._by_thread.get(threading.get_ident())
+        if actor is not None:
+            self.steps.append(Step(len(self.steps), actor.name, call, args, done=True))
 
     def sleep(self, seconds: float) -> None:
         """``time.sleep`` made virtual: a yield point that advances the virtual clock, so a
@@ -195,8 +209,7 @@ class Scheduler:
             awake = [a for a in live if a.wake_at == first]
         if self.strategy == "serial":  # one actor at a time, to completion: the sanity check
             return awake[0]
-        current = self._current
-        last = self.steps[-1] if self.steps else None
+        current, last = self._current, self._last
         others = [a for a in awake if a is not current]
         if last is not None and last.call == "sleep" and others:
             return self.rng.choice(others)
@@ -206,11 +219,29 @@ class Scheduler:
         stay = 1.0 - self.preempt_after_read if just_read else self.stickiness
         if not others or self.rng.random() < stay:
             return current
-        if just_read and self.strategy == "conflict" and self.rng.random() < self.write_first:
-            writers = [a for a in others if self._is_write(a.pending)]
-            if writers:
-                return self.rng.choice(writers)
+        if (
+            self.strategy == "conflict"
+            and last is not None
+            and last.actor == current.name
+            and self.rng.random() < self.write_first
+        ):
+            touched = self._footprint(last.call, last.args)
+            if just_read:  # someone else's write to what was read
+                next_up = [a for a in others if self._is_write(a.pending)]
+            else:  # someone else's access to what was written
+                next_up = [a for a in others if self._is_access(a.pending)]
+            conflicting = [a for a in next_up if self._meets(touched, a)]
+            if conflicting or (just_read and next_up):
+                return self.rng.choice(conflicting or next_up)
         return self.rng.choice(others)
+
+    def _is_access(self, call: str) -> bool:
+        return self._is_read(call) or self._is_write(call)
+
+    def _meets(self, touched: frozenset[str] | None, actor: Actor) -> bool:
+        """The actor's next call touches what was just touched (None: may touch anything)."""
+        other = self._footprint(actor.pending, actor.pending_args)
+        return touched is None or other is None or bool(touched & other)
 
     def _main(self, actor: Actor) -> None:
         self._by_thread[threading.get_ident()] = actor
