@@ -14,6 +14,7 @@ by itself, and keep finding them until the design fences them.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import tempfile
@@ -179,6 +180,7 @@ class Workload:
     evictions: tuple[int, int] = (1, 3)
     restart: float = 0.15
     invalidate: float = 0.4
+    lease_expiry: float = 0.4
 
     @property
     def live(self) -> list[Event]:
@@ -187,7 +189,7 @@ class Workload:
     @property
     def horizon(self) -> int:
         """Roughly how many steps the writers take: passive actors act within it."""
-        return 25 * len(self.live) + 40
+        return 8 * len(self.live) + 20
 
     def hot(self) -> list[ListId]:
         """Lists the live events write to (readers favour them: that is where races are)."""
@@ -310,7 +312,13 @@ class Actors:
         self.rng = rng
         self.run = run
 
-    def spawn(self, name: str, body: Callable[[adapter.Process], None], wake_at: int = 0) -> None:
+    def spawn(
+        self,
+        name: str,
+        body: Callable[[adapter.Process], None],
+        wake_at: int = 0,
+        patience: int = 0,
+    ) -> None:
         seed = self.rng.getrandbits(32)
         world = self.world
 
@@ -321,7 +329,7 @@ class Actors:
             finally:
                 proc.close()
 
-        self.sched.spawn(name, main, wake_at)
+        self.sched.spawn(name, main, wake_at, patience)
         self.run.actors.append(f"{name}@{wake_at}" if wake_at else name)
 
     def writer(
@@ -384,24 +392,50 @@ class Actors:
         self.spawn("invalidator", body, ops[0][0])
 
     def evictor(self, times: list[int]) -> None:
-        """DELETEs a key the proxy has seen written, as memcached's LRU would: mostly one of the
-        most recently written (the keys of work in flight: a lease, a new shard), else any."""
+        """DELETEs a key the proxy has seen written, as memcached's LRU would. Mostly a key of
+        the users the previous step touched (contended data, where an eviction can meet a
+        race), recent keys first (work in flight: a lease, a new shard); now and then any."""
         rng = random.Random(self.rng.getrandbits(32))
 
-        def pick(keys: list[bytes]) -> bytes:  # most recent first
-            if rng.random() < 0.3:
+        def pick(keys: list[bytes], focus: frozenset[str] | None) -> bytes:  # recent first
+            if focus is not None and rng.random() < 0.7:
+                near = [k for k in keys if self._meets(k, focus)]
+                keys = near or keys
+            if rng.random() < 0.2:
                 return rng.choice(keys)
-            return keys[min(int(rng.expovariate(0.4)), len(keys) - 1)]
+            return keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]
 
         def body(proc: adapter.Process) -> None:
             for at in times:
                 self.sched.idle_until(at)
                 step = self.sched.pause("fault.evict")
-                key = self.world.evict(pick)
+                before = self.sched.previous
+                focus = adapter.footprint(before.call, before.args) if before else None
+                key = self.world.evict(functools.partial(pick, focus=focus))
                 if step is not None:
                     step.args, step.done = (key,), True
 
         self.spawn("evictor", body, times[0])
+
+    @staticmethod
+    def _meets(key: bytes, focus: frozenset[str]) -> bool:
+        owners = adapter.footprint("cache.delete_many", ([key],))
+        return owners is not None and bool(owners & focus)
+
+    def lease_clock(self, times: list[int]) -> None:
+        """Makes every rebuild lease in the cache expire, as if its rebuild had outlived the
+        lease TTL (a slow rebuild, a stalled process). An opportunist: it waits for a moment
+        when a lease matters (under ``conflict``; else it strikes whenever chosen)."""
+
+        def body(proc: adapter.Process) -> None:
+            for at in times:
+                self.sched.idle_until(at)
+                step = self.sched.pause("fault.lease-expiry")
+                expired = self.world.expire_leases()
+                if step is not None:
+                    step.args, step.done = (expired,), True
+
+        self.spawn("leaseclock", body, times[0], patience=10**6)
 
     def restarter(self, at: int, half: int) -> None:
         def body(proc: adapter.Process) -> None:
@@ -464,6 +498,8 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
         actors.evictor(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(low, high))))
     if rng.random() < load.restart:
         actors.restarter(rng.randrange(5, horizon), rng.randrange(2))
+    if rng.random() < load.lease_expiry:
+        actors.lease_clock(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(1, 4))))
 
 
 # -- one schedule --------------------------------------------------------------------------------
@@ -502,7 +538,7 @@ def run_schedule(
         strategy=strategy,
         is_read=adapter.is_read,
         is_write=adapter.is_write,
-        footprint=adapter.footprint,
+        footprint=world.footprint,
     )
     run.strategy = sched.strategy
     with world.scheduled(sched):

@@ -58,6 +58,10 @@ class Actor:
     error: BaseException | None = None
     pending: str = ""  # the call it is stopped before
     pending_args: tuple[Any, ...] = ()
+    # An opportunist (a fault) poised at a write is chosen only for a conflict (see
+    # ``conflict``) until ``patience`` steps after it woke: it strikes when it matters.
+    opportunist: bool = False
+    patience: int = 0
 
 
 def snapshot(value: Any) -> Any:
@@ -117,11 +121,15 @@ class Scheduler:
         self._back = threading.Semaphore(0)
         self._current: Actor | None = None
         self._last: Step | None = None  # the last yield point let through (not a note)
+        self.previous: Step | None = None  # the one before it: what preceded the running call
 
     # -- setting up -------------------------------------------------------------------------------
 
-    def spawn(self, name: str, body: Callable[[], None], wake_at: int = 0) -> None:
-        self._actors.append(Actor(name, body, wake_at))
+    def spawn(
+        self, name: str, body: Callable[[], None], wake_at: int = 0, patience: int = 0
+    ) -> None:
+        """``patience`` > 0 makes the actor an opportunist (see ``Actor``)."""
+        self._actors.append(Actor(name, body, wake_at, opportunist=patience > 0, patience=patience))
 
     # -- called from actor threads ----------------------------------------------------------------
 
@@ -144,7 +152,7 @@ class Scheduler:
             raise Aborted(call)
         step = Step(len(self.steps), actor.name, call, tuple(map(snapshot, args)))
         self.steps.append(step)
-        self._last = step
+        self.previous, self._last = self._last, step
         return step
 
     def note(self, call: str, args: tuple[Any, ...] = ()) -> None:
@@ -209,12 +217,15 @@ class Scheduler:
             awake = [a for a in live if a.wake_at == first]
         if self.strategy == "serial":  # one actor at a time, to completion: the sanity check
             return awake[0]
+        contenders = awake
+        if self.strategy == "conflict":
+            contenders = [a for a in awake if not self._waiting(a, now)] or awake
         current, last = self._current, self._last
-        others = [a for a in awake if a is not current]
+        others = [a for a in contenders if a is not current]
         if last is not None and last.call == "sleep" and others:
             return self.rng.choice(others)
-        if self.strategy == "random" or current is None or current not in awake:
-            return self.rng.choice(awake)
+        if self.strategy == "random" or current is None or current not in contenders:
+            return self.rng.choice(contenders)
         just_read = last is not None and last.actor == current.name and self._is_read(last.call)
         stay = 1.0 - self.preempt_after_read if just_read else self.stickiness
         if not others or self.rng.random() < stay:
@@ -226,14 +237,24 @@ class Scheduler:
             and self.rng.random() < self.write_first
         ):
             touched = self._footprint(last.call, last.args)
+            rivals = [a for a in awake if a is not current]
             if just_read:  # someone else's write to what was read
-                next_up = [a for a in others if self._is_write(a.pending)]
+                next_up = [a for a in rivals if self._is_write(a.pending)]
             else:  # someone else's access to what was written
-                next_up = [a for a in others if self._is_access(a.pending)]
+                next_up = [a for a in rivals if self._is_access(a.pending)]
             conflicting = [a for a in next_up if self._meets(touched, a)]
-            if conflicting or (just_read and next_up):
-                return self.rng.choice(conflicting or next_up)
+            fallback = [a for a in next_up if not self._waiting(a, now)] if just_read else []
+            if conflicting or fallback:
+                return self.rng.choice(conflicting or fallback)
         return self.rng.choice(others)
+
+    def _waiting(self, actor: Actor, now: int) -> bool:
+        """An opportunist still waiting for its moment."""
+        return (
+            actor.opportunist
+            and self._is_write(actor.pending)
+            and now < actor.wake_at + actor.patience
+        )
 
     def _is_access(self, call: str) -> bool:
         return self._is_read(call) or self._is_write(call)
