@@ -767,6 +767,11 @@ class _Forensics:
         was no longer current and its token was never appended (and the removal did not name
         the neighbour: the edge was already inactive in the store)."""
         applies = [s for s in self.steps if s.call == "store.apply" and s.done]
+        removals = [
+            self._commit_of(s.index)
+            for s in self.steps
+            if s.call == "store.remove_user" and s.args[0] in edge
+        ]
         for first in applies:
             for change in first.result:
                 if (change.follower, change.followee) != edge:
@@ -777,13 +782,17 @@ class _Forensics:
                         and again.actor == first.actor
                         and change in again.args[0]
                         and change not in again.result
-                        and any(
-                            s.call == "store.remove_user" and s.args[0] in edge
-                            for s in self.steps[first.index : again.index]
-                        )
+                        and any(first.index < r < self._checked(again) for r in removals)
                     ):
                         return True
         return False
+
+    def _checked(self, call: Step) -> int:
+        """When an apply read back which of its changes are current: the first SELECT of its
+        actor after its transaction."""
+        begin = self._commit_of(call.index)
+        mine = (s for s in self.steps[begin + 1 :] if s.actor == call.actor)
+        return next((s.index for s in mine if s.call == "sql.select"), begin)
 
     @staticmethod
     def _neighbours(step: Step) -> set[str]:

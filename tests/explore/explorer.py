@@ -479,7 +479,7 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
         if i == 0:  # a poller: the same few hot lists again and again, as a fan-out reads
             # its authors' follower lists and a home page its timeline
             ids = rng.sample(hot, min(len(hot), rng.randint(1, 2)))
-            ids += rng.sample(timelines, min(1, len(timelines)))
+            ids += [t for t in rng.sample(timelines, min(1, len(timelines))) if t not in ids]
             reads = [(rng.randrange(horizon), ids) for _ in range(rng.randint(5, 10))]
         for _ in range(rng.randint(2, 5) if i else 0):  # a browser: anything, now and then
             pool = hot if rng.random() < 0.7 else load.lists

@@ -89,7 +89,7 @@ class Scheduler:
     - ``conflict``: ``sticky``, but the actor that takes over is, with a probability drawn
       per schedule, one whose next call (known: every paused actor is stopped just before a
       call) conflicts with the call just made: after a read, a write (preferably to what was
-      read: their ``footprint``s meet); after a write, any access to what was written. Read,
+      read: their ``footprint``s meet); after a write, a read of what was written. Read,
       someone else's write to it, act: the shape of every stale-read race, made common
       instead of lucky.
     (PCT-style priority schedules were tried too and found nothing the others did not.)
@@ -106,7 +106,9 @@ class Scheduler:
     ) -> None:
         self.rng = rng
         self.max_steps = max_steps
-        self.strategy = strategy or rng.choice(["random", "sticky", "conflict", "conflict"])
+        self.strategy = strategy or rng.choice(
+            ["random", "sticky", "sticky", "conflict", "conflict"]
+        )
         self.stickiness = rng.uniform(0.6, 0.9)
         self.preempt_after_read = rng.uniform(0.4, 0.9)
         self.write_first = rng.uniform(0.5, 0.95)
@@ -240,8 +242,8 @@ class Scheduler:
             rivals = [a for a in awake if a is not current]
             if just_read:  # someone else's write to what was read
                 next_up = [a for a in rivals if self._is_write(a.pending)]
-            else:  # someone else's access to what was written
-                next_up = [a for a in rivals if self._is_access(a.pending)]
+            else:  # someone else reading what was written
+                next_up = [a for a in rivals if self._is_read(a.pending)]
             conflicting = [a for a in next_up if self._meets(touched, a)]
             fallback = [a for a in next_up if not self._waiting(a, now)] if just_read else []
             if conflicting or fallback:
@@ -255,9 +257,6 @@ class Scheduler:
             and self._is_write(actor.pending)
             and now < actor.wake_at + actor.patience
         )
-
-    def _is_access(self, call: str) -> bool:
-        return self._is_read(call) or self._is_write(call)
 
     def _meets(self, touched: frozenset[str] | None, actor: Actor) -> bool:
         """The actor's next call touches what was just touched (None: may touch anything)."""
