@@ -583,9 +583,10 @@ class World:
             return " ".join(parts)
         if name == "cas":
             return f"{self.short(args[0])}={self._value(args[1])} → {result}"
-        if name == "append_to_each":
+        if name == "append_to_each":  # followers come in a set's order: sorted
             return " ".join(
-                f"{self._value(v)}→{','.join(self.short(k) for k in ks)}" for v, ks in args[0]
+                f"{self._value(v)}→{','.join(sorted(self.short(k) for k in ks))}"
+                for v, ks in args[0]
             )
         return " ".join(map(str, args))
 

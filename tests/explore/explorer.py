@@ -29,7 +29,7 @@ from tests.explore.model import Event, GraphModel, Kind, ListId
 from tests.explore.scheduler import Aborted, Hang, Scheduler, Step
 
 SCENARIOS = ("graph", "removal", "hotlist", "timeline")
-DEFAULT_SCHEDULES = 70  # per scenario: ~280 in all, well under a minute on two busy cores
+DEFAULT_SCHEDULES = 100  # per scenario: 400 in all, ~30 s on two busy cores
 WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
 
 
