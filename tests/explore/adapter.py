@@ -1,16 +1,21 @@
 """Everything the explorer knows about the project's API, in one module.
 
-The graph layer is being redesigned on another branch (keys, tokens and fencing will change), so
-the scheduler, the scenarios and the invariants never touch the project directly: they go
+The scheduler, the scenarios and the invariants never touch the project directly: they go
 through ``World`` (one schedule's shared cache, store file and namespace) and ``Process`` (the
-objects one consumer process would own). Whatever the redesign renames or re-keys is fixed here
-and only here; the names this relies on are listed in ``PROJECT_API``.
+objects one consumer process would own). Whatever the graph layer renames or re-keys is fixed
+here and only here; the names this relies on are listed in ``PROJECT_API``. (Written against the
+graph layer of f58a40d; ported to the fenced redesign: ``|`` keys, building markers in the head
+item instead of a ``:rb`` lease, positioned tokens, the applier's read-back of additions.)
 
-Things that are internals on purpose and would move with the redesign:
-- yield points *inside* an edge-store call (``_YieldingConnection`` on ``SqliteEdgeStore._db``),
-  without which a store call is atomic and a race between its read and its write is invisible;
-- the module globals of graph/lists.py that make a run time- and entropy-dependent (its clock,
-  its sleep, its generation names, the lease TTL), replaced for reproducibility;
+Things that are internals on purpose and would move with another redesign:
+- yield points *inside* an edge-store call (``_YieldingConnection`` on ``SqliteEdgeStore._db``):
+  a statement outside a transaction is a yield point (``BEGIN IMMEDIATE`` of a write, the
+  read-back ``SELECT``s), none inside one (a store transaction is atomic, as it is for real);
+- what makes a run time- and entropy-dependent, replaced for reproducibility: generation names
+  (``graph.fencing.new_generation``: a counter), rollover shard names (``secrets`` in
+  graph/sharded_lists.py: seeded), the claim TTL (``graph.fencing.LEASE_S``: longer than any
+  schedule, so a claim expires only as an injected fault) and a reader's wait for someone
+  else's build (``TokenLists._pause``: a yield point on the virtual clock);
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
 """
 
@@ -19,22 +24,27 @@ from __future__ import annotations
 import re
 import sqlite3
 import zlib
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import graph.lists
+import graph.fencing
+import graph.sharded_lists
+from consumers.failures import classify
 from consumers.fanout_apply import FanoutApplier
 from consumers.graph_apply import GraphApplier
-from consumers.loop import TRANSIENT
 from consumers.positions import OFFSET_BITS, Origin, Positioned, position
-from graph.cache import MemcacheCluster
+from graph.cache import MemcacheCluster, Outcome
 from graph.capped_lists import CappedListStore
-from graph.edges import EdgeChange, EdgeStore, RemovedUser
-from graph.lists import ListKind, ListRef, ListSettings, ListStore
+from graph.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser
+from graph.failures import Failure as FailureClass
+from graph.keys import SEP
+from graph.lists import ListKind, ListRef, ListSettings, Snapshot, TokenLists
+from graph.sharded_lists import ListStore
 from graph.sqlite_edges import SqliteEdgeStore
 from graph.timelines import TimelineEntry, TimelineReader, TimelineSource
 from producers.publisher import DeliveryReport
@@ -44,31 +54,52 @@ from tests.explore.scheduler import Proxy, Scheduler, Step
 
 __all__ = [
     "PROJECT_API",
-    "TRANSIENT",
     "Knobs",
     "Process",
     "World",
     "footprint",
     "is_read",
+    "is_transient",
     "is_write",
 ]
 
 PROJECT_API = (
-    "MemcacheCluster(servers) and its batch methods",
-    "SqliteEdgeStore(path), EdgeStore.all_members/apply/remove_user",
+    "MemcacheCluster(servers) and its batch methods (Outcome results, Item from gets_many)",
+    "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
     "ListStore/CappedListStore(cache, source, ListSettings, rng): read_many, invalidate, "
-    "rebuild_many(force=True)",
+    "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
+    "graph.fencing.new_generation/LEASE_S/BUILDING; graph.keys.SEP",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
-    "FanoutApplier(...).apply(batch); TimelineSource, TimelineReader",
+    "FanoutApplier(...).apply(batch); TimelineSource.snapshot, TimelineReader",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
+    "consumers.failures.classify: which errors a consumer retries",
 )
 
 KINDS = {"followers": ListKind.FOLLOWERS, "following": ListKind.FOLLOWING}
 TIMELINE = "timeline"
-CACHE_WRITES = ("add_many", "append_many", "set_many", "cas", "incr_many", "append_to_each")
-# Far longer than any schedule: a lease disappears only when the explorer evicts it or
-# "restarts" a server, never because the wall clock moved (that would not replay).
+# Far longer than any schedule: a claim disappears only when the explorer evicts it, expires it
+# or "restarts" a server, never because the wall clock moved (that would not replay).
 LEASE_S = 3600
+# Generations carry an absolute deadline (unix seconds, 8 hex digits): a fixed one, far ahead
+# (2037, below 2**31: memcached reads expiries as signed 32 bits), so no run depends on the clock.
+DEADLINE = 0x7E000000
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error the consume loop retries the batch for (a busy store, a cache write that did
+    not settle); anything else ends the writer and is reported."""
+    return classify(exc) is FailureClass.TRANSIENT
+
+
+def is_marker(key: bytes, value: bytes) -> bool:
+    """A list head holding a building marker: a rebuild's claim (``"{gen}~ +j "`` for a sharded
+    list's index, ``"~{gen} ..."`` for a timeline)."""
+    if key.count(SEP) != 2:
+        return False
+    if key.split(SEP)[1] == ListKind.TIMELINE.value.encode():
+        return value.startswith(graph.fencing.BUILDING)
+    first = value.split(b" ", 1)[0]
+    return first.endswith(graph.fencing.BUILDING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +190,11 @@ def _store_users(method: str, args: tuple[Any, ...]) -> frozenset[str]:
     first = args[0]
     if method == "apply":
         return frozenset(u for c in first for u in c.edge)
+    if method == "positions":
+        return frozenset(u for edge in first for u in edge)
     if method in ("remove_user", "followers", "following", "counts"):
         return frozenset([first])
-    if method == "all_members":
+    if method in ("all_members", "snapshot"):
         return frozenset([first.user])
     if method == "recent_posts":
         return frozenset(first)
@@ -172,7 +205,7 @@ def _store_users(method: str, args: tuple[Any, ...]) -> frozenset[str]:
 
 def footprint(call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
     """The users a call is about: a store call's edges or lists, the owners of the cache keys
-    (``{ns}:{kind}:{user}...``). None for faults, which may hit anything. The scheduler lets
+    (``{ns}|{kind}|{user}...``). None for faults, which may hit anything. The scheduler lets
     a writer whose footprint meets a reader's go next: a conflict, not just any write."""
     if call.startswith("fault."):
         return None
@@ -188,13 +221,15 @@ def footprint(call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
             keys = [first]
         else:
             keys = list(first)
-        return frozenset(k.split(b":")[2].decode() for k in keys if k.count(b":") >= 2)
+        return frozenset(k.split(SEP)[2].decode() for k in keys if k.count(SEP) >= 2)
     return frozenset()
 
 
 READS = frozenset(
     {
         "store.all_members",
+        "store.snapshot",
+        "store.positions",
         "store.recent_posts",
         "store.followers",
         "store.following",
@@ -223,7 +258,11 @@ WRITES = frozenset(
         "cache.append_to_each",
         "cache.set_many",
         "cache.cas",
+        "cache.cas_many",
+        "cache.incr_many",
+        "cache.decr_many",
         "cache.delete_many",
+        "cache.delete_if_unchanged",
         "cache.flush_all",
         "fault.evict",
         "fault.restart",
@@ -252,7 +291,7 @@ def _canonical(method: str, args: tuple[Any, ...], result: Any) -> Any:
     if isinstance(result, dict):
         return dict(sorted(result.items()))
     if method == "append_to_each" and isinstance(result, list):
-        return sorted(result)
+        return sorted(result, key=lambda refused: refused[:2])
     return result
 
 
@@ -354,8 +393,14 @@ class Process:
         self._split(ids, lambda lists, refs: lists.invalidate(refs))
 
     def rebuild(self, ids: Sequence[ListId]) -> None:
-        """``fanout rebuild-cache``: drop and rebuild now."""
-        self._split(ids, lambda lists, refs: lists.rebuild_many(refs, force=True))
+        """``fanout rebuild-cache``: drop and rebuild now (through the fence: a rebuild that
+        loses its claim leaves the list to its next reader)."""
+
+        def action(lists: TokenLists, refs: list[ListRef]) -> None:
+            lists.invalidate(refs)
+            lists.rebuild_many(refs)
+
+        self._split(ids, action)
 
     def _split(self, ids: Sequence[ListId], action: Any) -> None:
         refs = [_ref(i) for i in ids]
@@ -392,35 +437,44 @@ class World:
         self.scheduler: Scheduler | None = None
         self.cache = cluster
         self.present: dict[bytes, None] = {}  # keys believed present, least recent first
+        self.building: set[bytes] = set()  # heads last seen written with a building marker
         self._gens = random.Random(gen_seed)
+        self._generations = 0
         cluster.flush_all()
 
     # -- wiring -----------------------------------------------------------------------------------
 
     @contextmanager
     def scheduled(self, scheduler: Scheduler) -> Iterator[None]:
-        """Route the schedule's cache calls through the scheduler, and make graph/lists.py's
-        waits, lease expiry and generation names deterministic for the duration."""
+        """Route the schedule's cache calls through the scheduler, and make the graph layer's
+        generation names, shard names, claim TTL and build waits deterministic meanwhile."""
         self.scheduler = scheduler
         self.cache = cast(
             MemcacheCluster,
             Proxy(self.cluster, scheduler, "cache", self._seen, _canonical, _no_keys),
         )
-        patches = {
-            "time": SimpleNamespace(monotonic=scheduler.monotonic, sleep=scheduler.sleep),
-            "secrets": SimpleNamespace(token_hex=self._gen),
-            "REBUILD_LEASE_S": LEASE_S,
-        }
-        saved = {name: getattr(graph.lists, name) for name in patches}
-        for name, value in patches.items():
-            setattr(graph.lists, name, value)
+        patches: list[tuple[Any, str, Any]] = [
+            (graph.fencing, "new_generation", self._generation),
+            (graph.fencing, "LEASE_S", LEASE_S),
+            (graph.sharded_lists, "secrets", SimpleNamespace(token_hex=self._hex)),
+            (TokenLists, "_pause", lambda lists: scheduler.sleep(0.01)),
+        ]
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        for owner, name, value in patches:
+            setattr(owner, name, value)
         try:
             yield
         finally:
-            for name, value in saved.items():
-                setattr(graph.lists, name, value)
+            for owner, name, value in saved:
+                setattr(owner, name, value)
 
-    def _gen(self, nbytes: int) -> str:
+    def _generation(self, lifetime_s: int) -> bytes:
+        """``new_generation``: the same format (8 hex digits of an absolute deadline, 8 more),
+        fresh within a schedule (a counter: readable in traces), the same in every replay."""
+        self._generations += 1
+        return b"%08x%08x" % (DEADLINE, self._generations)
+
+    def _hex(self, nbytes: int) -> str:
         return f"{self._gens.getrandbits(8 * nbytes):0{2 * nbytes}x}"
 
     def process(self, seed: int, scheduled: bool = True) -> Process:
@@ -429,25 +483,51 @@ class World:
     # -- cache faults -----------------------------------------------------------------------------
 
     def _seen(self, method: str, args: tuple[Any, ...], result: Any) -> None:
-        """Track which keys exist from the calls that went through the proxy."""
+        """Track which keys exist (and which heads hold a marker) from the calls that went
+        through the proxy."""
         touched: list[bytes] = []
-        if method in ("add_many", "append_many", "incr_many"):
-            touched = [k for k, ok in result.items() if ok not in (False, None)]
-        elif method == "set_many":
-            touched = list(args[0])
-        elif method == "cas" and result:
-            touched = [args[0]]
+        gone: list[bytes] = []
+        if method in ("add_many", "append_many", "set_many"):
+            touched = [k for k, outcome in result.items() if outcome is Outcome.STORED]
+            if method != "append_many":  # a timeline's appends keep its marker (or none)
+                for key in touched:
+                    if is_marker(key, args[0][key]):
+                        self.building.add(key)
+                    else:
+                        self.building.discard(key)
+        elif method == "incr_many":
+            touched = [k for k, value in result.items() if value is not None]
+        elif method in ("cas_many", "cas"):
+            values = args[0] if method == "cas_many" else {args[0]: (args[1], args[2])}
+            outcomes = result if method == "cas_many" else {args[0]: result}
+            for key, outcome in outcomes.items():
+                if outcome is Outcome.STORED:
+                    touched.append(key)
+                    if is_marker(key, values[key][0]):
+                        self.building.add(key)
+                    else:
+                        self.building.discard(key)
+                elif outcome is Outcome.NOT_FOUND:
+                    gone.append(key)
         elif method == "append_to_each":
-            refused = set(result)
+            refused = {(i, k) for i, k, _ in result}
             touched = [k for i, (_, ks) in enumerate(args[0]) for k in ks if (i, k) not in refused]
         elif method == "delete_many":
-            for key in args[0]:
-                self.present.pop(key, None)
+            gone = list(args[0])
+        elif method == "delete_if_unchanged":
+            gone = [k for k, outcome in result.items() if outcome is not Outcome.EXISTS]
         elif method == "flush_all":
             self.present.clear()
+            self.building.clear()
+        self._forget(gone)
         for key in touched:
             self.present.pop(key, None)
             self.present[key] = None
+
+    def _forget(self, keys: Iterable[bytes]) -> None:
+        for key in keys:
+            self.present.pop(key, None)
+            self.building.discard(key)
 
     def evict(self, pick: Any) -> bytes | None:
         """DELETE one key believed present, as an LRU eviction would. ``pick(keys)`` chooses
@@ -457,26 +537,28 @@ class World:
             return None
         key: bytes = pick(keys)
         self.cluster.delete_many([key])
-        self.present.pop(key, None)
+        self._forget([key])
         return key
 
     def footprint(self, call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
         """``footprint``, and for a lease expiry the lists being rebuilt right now."""
         if call == "fault.lease-expiry":  # what it expired, or would expire now
-            leases = args[0] if args else [k for k in self.present if k.endswith(b":rb")]
-            return footprint("cache.delete_many", (leases,))
+            claims = args[0] if args else sorted(self.building)
+            return footprint("cache.delete_many", (claims,))
         return footprint(call, args)
 
     def expire_leases(self) -> list[bytes]:
-        """Rebuild leases whose TTL has passed (a rebuild slower than ``REBUILD_LEASE_S``, a
-        stalled process): lease TTLs are made too long to expire by the wall clock (that would
-        not replay), so expiry is a fault the explorer injects. Today a lease is the item
-        ``{list}:rb``; whatever fences rebuilds after the redesign belongs here."""
-        leases = [k for k in self.present if k.endswith(b":rb")]
-        self.cluster.delete_many(leases)
-        for key in leases:
-            self.present.pop(key, None)
-        return leases
+        """Claims whose TTL has passed (a rebuild slower than ``graph.fencing.LEASE_S``, a
+        stalled process): claim TTLs are made too long to expire by the wall clock (that would
+        not replay), so expiry is a fault the explorer injects. A claim is the list's head item
+        holding a building marker: every head that holds one now is deleted, as its expiry
+        would."""
+        heads = [k for k in self.present if k.count(SEP) == 2]
+        found = self.cluster.get_many(heads)
+        claims = sorted(k for k, v in found.items() if is_marker(k, v))
+        self.cluster.delete_many(claims)
+        self._forget(claims)
+        return claims
 
     def restart(self, half: int) -> list[bytes]:
         """A memcached server restart, placement-independent: every key of this schedule in
@@ -485,8 +567,7 @@ class World:
         seed would lose different keys in another session.)"""
         lost = [k for k in self.present if zlib.crc32(k) % 2 == half]
         self.cluster.delete_many(lost)
-        for key in lost:
-            self.present.pop(key, None)
+        self._forget(lost)
         return lost
 
     # -- the verdict ------------------------------------------------------------------------------
@@ -511,7 +592,7 @@ class World:
                 )
                 members = proc.timelines.read_many([ref])[ref]
                 view = frozenset(m for m in members if TimelineEntry.parse(m).author in following)
-                out.append((list_id, view, frozenset(proc.source.all_members(ref))))
+                out.append((list_id, view, frozenset(proc.source.snapshot(ref).members)))
             return out
         finally:
             proc.close()
@@ -527,8 +608,9 @@ class World:
     # -- reading traces back ----------------------------------------------------------------------
 
     def short(self, key: bytes) -> str:
-        text = key.decode("ascii", "replace")
-        return text.removeprefix(self.namespace + ":")
+        """A key without the namespace, generations as ``g{n}`` (see ``_generation``)."""
+        text = _GEN.sub(rb"g\1", key).decode("ascii", "replace")
+        return text.removeprefix(self.namespace + "|")
 
     def describe(self, step: Step) -> str:
         """One trace line's text: the call with its keys (namespace dropped) and result."""
@@ -552,8 +634,12 @@ class World:
         return f"{shown} → {result}" if step.done and result is not None else shown
 
     def _value(self, value: bytes) -> str:
+        """Generations as ``g{n}``, positions as ``@{ts}`` (event time), timeline times without
+        their zero padding."""
+        value = _GEN.sub(rb"g\1", value)
+        value = _POS.sub(lambda m: b"@%d" % (int(m[1], 16) >> OFFSET_BITS), value)
         text = re.sub(rb"(?<=[+-])0{6,}", b"", value).decode("ascii", "replace")
-        return repr(text if len(text) <= 48 else text[:45] + "...")
+        return repr(text if len(text) <= 60 else text[:57] + "...")
 
     def _describe_cache(self, name: str, args: tuple[Any, ...], result: Any, done: bool) -> str:
         if name in ("get_many", "gets_many", "exists_many", "delete_many"):
@@ -570,19 +656,29 @@ class World:
                 self.short(k): (v[0] if isinstance(v, tuple) else v) for k, v in result.items()
             }
             return " ".join(f"{k}={self._value(found[k]) if k in found else '∅'}" for k in keys)
-        if name in ("add_many", "append_many", "set_many", "incr_many"):
+        if name in ("add_many", "append_many", "set_many", "incr_many", "decr_many"):
             values: Mapping[bytes, Any] = args[0]
             outcome = result if isinstance(result, dict) else {}
+            op = {"add_many": "=", "set_many": ":=", "decr_many": "-="}.get(name, "+=")
             parts = []
             for key, value in values.items():
                 shown = self._value(value) if isinstance(value, bytes) else str(value)
-                ok: Any = outcome.get(key, "?") if done else "…"
-                marks: dict[Any, str] = {True: "✓", False: "✗", None: "∅"}
-                mark = marks.get(ok, str(ok))
-                parts.append(f"{self.short(key)}{'+=' if name != 'set_many' else '='}{shown}{mark}")
-            return " ".join(parts)
+                ok: Any = outcome.get(key, "?") if done and name != "decr_many" else ""
+                parts.append(f"{self.short(key)}{op}{shown}{_mark(ok) if done else '…'}")
+            return ("ADD " if name == "add_many" else "") + " ".join(parts)
         if name == "cas":
-            return f"{self.short(args[0])}={self._value(args[1])} → {result}"
+            mark = _mark(result) if done else "…"
+            return f"{self.short(args[0])}={self._value(args[1])}{mark}"
+        if name == "cas_many":
+            swaps: Mapping[bytes, tuple[bytes, bytes]] = args[0]
+            return " ".join(
+                f"{self.short(k)}={self._value(v)}{_mark(result.get(k)) if done else '…'}"
+                for k, (v, _) in swaps.items()
+            )
+        if name == "delete_if_unchanged":
+            return " ".join(
+                f"{self.short(k)}{_mark(result.get(k)) if done else '…'}" for k in sorted(args[0])
+            )
         if name == "append_to_each":  # followers come in a set's order: sorted
             return " ".join(
                 f"{self._value(v)}→{','.join(sorted(self.short(k) for k in ks))}"
@@ -599,7 +695,27 @@ class World:
             sent = " ".join(map(change, args[0]))
             if not done:
                 return f"({sent})"
-            return f"({sent}) current=[{' '.join(map(change, result))}]"
+            return f"({sent}) live=[{' '.join(map(change, result))}]"
+        if name == "positions":
+            edges = " ".join(f"{f}→{t}" for f, t in args[0])
+            if not done:
+                return f"({edges})"
+            states: Mapping[tuple[str, str], EdgeState] = result
+            shown = " ".join(
+                f"{f}{'→' if st.active else '↛'}{t}@{st.pos >> OFFSET_BITS}"
+                for (f, t), st in sorted(states.items())
+            )
+            return f"({edges}) → [{shown}]"
+        if name == "snapshot":
+            ref_: ListRef = args[0]
+            if not done:
+                return f"({ref_.kind.value}:{ref_.user}) → …"
+            snap: Snapshot = result
+            positions = snap.positions or [0] * len(snap.members)
+            members = [
+                f"{m}@{p >> OFFSET_BITS}" for m, p in zip(snap.members, positions, strict=True)
+            ]
+            return f"({ref_.kind.value}:{ref_.user}) → {members}"
         if name == "remove_user":
             user, pos = args
             shown = f"({user}@{pos >> OFFSET_BITS})"
@@ -624,6 +740,20 @@ class World:
 
 
 KIND_CODES = {"followers": "fl", "following": "fg", TIMELINE: "tl"}
+_GEN = re.compile(rb"%08x0*([0-9a-f]+)" % DEADLINE)
+_POS = re.compile(rb"#([0-9a-f]+)")
+
+
+def _mark(outcome: Any) -> str:
+    marks: dict[Any, str] = {
+        Outcome.STORED: "✓",
+        Outcome.NOT_STORED: "✗",
+        Outcome.EXISTS: "✗exists",
+        Outcome.NOT_FOUND: "✗gone",
+        Outcome.TOO_LARGE: "✗large",
+        None: "∅",
+    }
+    return marks.get(outcome, f"={outcome}")
 
 
 class _Forensics:
@@ -631,12 +761,13 @@ class _Forensics:
 
     The questions, in order: did a removal's redelivery forget neighbours (5); is the store
     itself wrong with a removal between an apply's read and write (6)? Otherwise find the
-    generation the list holds now (its last index ADD), and the last token about the member
-    appended to it. A stale token appended after the store turned the edge the other way is a
-    replay (4) or a follow racing a removal (3); a token that was appended and is gone lost its
-    shard to a re-ADD (7). No token: the rebuild's own content is wrong, because the store
-    changed while it was in flight and either an invalidation came before its commit (1) or its
-    lease vanished so the writer skipped it (2)."""
+    generation the list holds now (the commit of its last claim), and the token that decides
+    the member in it (greatest position). A stale token appended after the store turned the
+    edge the other way is a replay (4) or a follow racing a removal (3); a token that was
+    appended and is gone lost its shard to a re-ADD (7). No token: the rebuild's own content is
+    wrong, because the store changed while it was in flight and either an invalidation came
+    before its commit (1) or its claim vanished so the writer skipped it (2). The numbers are
+    the old-code findings of tests/explore/FINDINGS.md; the fenced design rules each out."""
 
     def __init__(self, namespace: str, steps: Sequence[Step], events: Sequence[Event]) -> None:
         self.ns = namespace
@@ -645,12 +776,12 @@ class _Forensics:
 
     def explain(self, failure: Any) -> str:
         if failure.list_id is None:
-            return ""
+            return self._stuck_writer(failure.detail)
         kind, user = failure.list_id
         member: str = failure.member
         if kind == TIMELINE:
-            author = member.split("/")[1]
-            edge, post = (user, author), member.split("/")[2]
+            _, author, post = member.split("!")
+            edge = (user, author)
         else:
             edge, post = ((member, user) if kind == "followers" else (user, member)), ""
         if failure.kind == "store_vs_model":
@@ -659,7 +790,7 @@ class _Forensics:
             return "removal-not-idempotent"
         if self._redelivery_superseded(edge):
             return "redelivery-superseded"
-        key = f"{self.ns}:{KIND_CODES[kind]}:{user}".encode()
+        key = f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()
         writes = self._writes(edge, post)
         commit, gen_prefix = self._commit(key, kind)
         token = self._last_token(key, gen_prefix, commit, member)
@@ -692,8 +823,27 @@ class _Forensics:
             s.call == "cache.delete_many" and key in s.args[0] for s in self.steps[changed:commit]
         ):
             return "unfenced-rebuild"
-        if self._lease_lost(key + b":rb", rebuilder, commit):
+        if self._lease_lost(key, rebuilder, commit):
             return "lease-lost"
+        return ""
+
+    def _stuck_writer(self, detail: str) -> str:
+        """A writer that gave up on a list (ListWriteError) because its newest shard and that
+        shard's counter were both gone: every round INCRs the counter (missing), reads the
+        shard to re-seed it (missing too), seeds nothing and goes round again, never reaching
+        the APPEND that would find the shard missing and drop the list."""
+        actor = detail.split(":", 1)[0]
+        if "ListWriteError" not in detail:
+            return ""
+        mine = [s for s in self.steps if s.actor == actor and s.done]
+        for before, after in pairwise(mine):
+            if (
+                before.call == "cache.incr_many"
+                and None in before.result.values()
+                and after.call == "cache.get_many"
+                and not after.result
+            ):
+                return "recount-without-shard"
         return ""
 
     # -- the store's side -------------------------------------------------------------------------
@@ -803,35 +953,41 @@ class _Forensics:
     # -- the cache's side -------------------------------------------------------------------------
 
     def _commit(self, key: bytes, kind: str) -> tuple[int | None, bytes]:
-        """The last successful ADD of the list's index (None: built before the trace) and the
-        prefix of the keys holding its tokens."""
+        """The commit of the generation the list holds now (the first CAS that replaced the
+        last successful claim's marker; None: built before the trace) and the prefix of the
+        keys holding its tokens."""
+        claim, gen = None, b""
         for s in reversed(self.steps):
-            if s.call == "cache.add_many" and s.done and s.result.get(key):
-                if kind == TIMELINE:
-                    return s.index, key
-                gen = s.args[0][key].split()[0]
-                return s.index, key + b":" + gen + b":"
-        if kind == TIMELINE:
-            return None, key
-        return None, b""
+            if s.call == "cache.add_many" and s.done and s.result.get(key) is Outcome.STORED:
+                claim = s.index
+                value: bytes = s.args[0][key]
+                gen = value.split()[0].strip(graph.fencing.BUILDING)
+                break
+        prefix = key if kind == TIMELINE else (key + SEP + gen + SEP if gen else b"")
+        if claim is None:
+            return None, prefix
+        for s in self.steps[claim + 1 :]:
+            if s.call == "cache.cas_many" and s.done and s.result.get(key) is Outcome.STORED:
+                return s.index, prefix
+        return None, prefix
 
     def _shard_keys(self, key: bytes, prefix: bytes, candidate: bytes) -> bool:
         if prefix == key:
             return candidate == key
+        counter = candidate.endswith(SEP + b"n")
         if prefix:
-            return candidate.startswith(prefix) and not candidate.endswith(b":n")
+            return candidate.startswith(prefix) and not counter
         rest = candidate[len(key) :]
-        return (
-            candidate.startswith(key + b":") and rest.count(b":") == 2 and not rest.endswith(b":n")
-        )
+        return candidate.startswith(key + SEP) and rest.count(SEP) == 2 and not counter
 
     def _last_token(
         self, key: bytes, prefix: bytes, commit: int | None, member: str
     ) -> tuple[int, str, bool] | None:
-        """(step, actor, is-addition) of the last token about ``member`` stored in the list's
-        current generation after its commit."""
-        tokens = {b"+" + member.encode(): True, b"-" + member.encode(): False}
-        last = None
+        """(step, actor, is-addition) of the token that decides ``member`` (greatest
+        position, a removal winning a tie) among those stored in the list's current generation
+        after its commit."""
+        wanted = member.encode()
+        best: tuple[int, bool, int, str] | None = None  # pos, add, step, actor
         start = 0 if commit is None else commit + 1
         for s in self.steps[start:]:
             if not s.done:
@@ -841,10 +997,10 @@ class _Forensics:
                 values = [
                     v
                     for k, v in s.args[0].items()
-                    if s.result.get(k) and self._shard_keys(key, prefix, k)
+                    if s.result.get(k) is Outcome.STORED and self._shard_keys(key, prefix, k)
                 ]
             elif s.call == "cache.append_to_each":
-                refused = set(s.result)
+                refused = {(i, k) for i, k, _ in s.result}
                 values = [
                     v
                     for i, (v, ks) in enumerate(s.args[0])
@@ -853,9 +1009,13 @@ class _Forensics:
                 ]
             for value in values:
                 for tok in value.split():
-                    if tok in tokens:
-                        last = (s.index, s.actor, tokens[tok])
-        return last
+                    name, _, pos = tok[1:].partition(b"#")
+                    if name != wanted or tok[:1] not in (b"+", b"-"):
+                        continue
+                    add, at = tok[:1] == b"+", int(pos or b"0", 16)
+                    if best is None or at > best[0] or (at == best[0] and not add):
+                        best = (at, add, s.index, s.actor)
+        return None if best is None else (best[2], best[3], best[1])
 
     def _shard_readded(self, key: bytes, prefix: bytes, at: int) -> bool:
         """A shard of the list was lost (evicted, restarted) and then ADDed again by a
@@ -877,7 +1037,11 @@ class _Forensics:
         timeline: the owner's following list)."""
         wanted = ListRef(ListKind.FOLLOWING, user) if kind == TIMELINE else _ref((kind, user))
         for s in reversed(self.steps[:commit]):
-            if s.actor == actor and s.call == "store.all_members" and s.args[0] == wanted:
+            if (
+                s.actor == actor
+                and s.call in ("store.snapshot", "store.all_members")
+                and s.args[0] == wanted
+            ):
                 mine = (t for t in self.steps[s.index :] if t.actor == actor)
                 return next((t.index for t in mine if t.call == "sql.select"), s.index)
         return None
@@ -886,7 +1050,7 @@ class _Forensics:
         taken = None
         for s in reversed(self.steps[:commit]):
             if s.actor == rebuilder and s.call == "cache.add_many" and s.done:
-                if not s.result.get(lease):
+                if s.result.get(lease) is not Outcome.STORED:
                     continue
                 taken = s.index
                 break

@@ -364,8 +364,8 @@ class Actors:
             try:
                 proc.apply(batch)
                 return
-            except adapter.TRANSIENT:
-                if attempt == WRITER_ATTEMPTS - 1:
+            except Exception as exc:
+                if not adapter.is_transient(exc) or attempt == WRITER_ATTEMPTS - 1:
                     raise
 
     def reader(self, name: str, reads: list[tuple[int, list[ListId]]]) -> None:

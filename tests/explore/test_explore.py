@@ -15,10 +15,8 @@ def _print(run: Schedule) -> None:
     print(run.report())
 
 
-# Today's graph layer is known to break these invariants (tests/explore/FINDINGS.md): on this
-# branch only, the explorer is an expected failure so that CI stays green while it documents
-# them. Once the redesign lands, drop the xfail: it becomes a plain assertion.
-@pytest.mark.xfail(strict=False, reason="known races in today's graph layer, see FINDINGS.md")
+# The graph layer before the fence broke these invariants (tests/explore/FINDINGS.md); the
+# fenced design must not: a plain assertion.
 def test_random_schedules_leave_every_list_equal_to_the_store(cache: MemcacheCluster) -> None:
     shown: set[str] = set()
 
