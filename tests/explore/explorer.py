@@ -564,6 +564,11 @@ def run_schedule(
                 run.failures.append(Failure("actor_error", None, "", detail))
         if not run.failures:
             run.failures += check(world, load, run)
+        else:  # a stuck or crashed actor: the forensics may still name the mechanism
+            run.failures = [
+                Failure(f.kind, f.list_id, f.member, f.detail, world.suspect(run.steps, [], f))
+                for f in run.failures
+            ]
     return run
 
 
