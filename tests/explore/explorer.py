@@ -603,12 +603,16 @@ class Report:
     kinds: Counter[str] = field(default_factory=Counter)
     suspects: Counter[str] = field(default_factory=Counter)
     first: dict[str, tuple[str, int]] = field(default_factory=dict)  # suspect: (seed, runs)
+    per_scenario: Counter[str] = field(default_factory=Counter)
+    failed_per_scenario: Counter[str] = field(default_factory=Counter)
 
     def add(self, run: Schedule) -> None:
         self.runs += 1
+        self.per_scenario[run.scenario] += 1
         if not run.failures:
             return
         self.failed.append(run)
+        self.failed_per_scenario[run.scenario] += 1
         self.kinds.update({f.kind for f in run.failures})
         suspects = {f.suspect or "?" for f in run.failures}
         self.suspects.update(suspects)
@@ -621,9 +625,12 @@ class Report:
             f"{s}={n}(first {self.first[s][0]} after {self.first[s][1]})"
             for s, n in sorted(self.suspects.items())
         )
+        scenarios = " ".join(
+            f"{s}={self.failed_per_scenario[s]}/{n}" for s, n in self.per_scenario.items()
+        )
         return (
-            f"explore: schedules={self.runs} failed={len(self.failed)} kinds: {kinds}"
-            f" suspects: {suspects or '-'}"
+            f"explore: schedules={self.runs} failed={len(self.failed)} ({scenarios})"
+            f" kinds: {kinds} suspects: {suspects or '-'}"
         )
 
 

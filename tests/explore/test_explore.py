@@ -54,8 +54,9 @@ def test_a_seed_replays_identically(cache: MemcacheCluster, tmp_path: Path) -> N
 def test_serial_schedules_find_nothing(cache: MemcacheCluster, tmp_path: Path) -> None:
     """The explorer itself raises no false alarms: the same workloads (duplicates, replays,
     zombies, evictions, restarts, invalidations) with the actors run one after the other
-    leave every list equal to the store. Crashes between store and lists are left out: a
-    redelivered removal breaks lists even without concurrency (FINDINGS.md, item 5)."""
+    leave every list equal to the store. Crashes between store and lists are left out: on the
+    old graph layer a redelivered removal broke lists even without concurrency (FINDINGS.md,
+    item 5)."""
     failed = []
     for scenario in SCENARIOS:
         for seed in range(6):
