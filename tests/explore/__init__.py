@@ -1,0 +1,1 @@
+"""A deterministic interleaving explorer for the graph layer (see explorer.py)."""

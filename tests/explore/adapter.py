@@ -1,0 +1,1068 @@
+"""Everything the explorer knows about the project's API, in one module.
+
+The scheduler, the scenarios and the invariants never touch the project directly: they go
+through ``World`` (one schedule's shared cache, store file and namespace) and ``Process`` (the
+objects one consumer process would own). Whatever the graph layer renames or re-keys is fixed
+here and only here; the names this relies on are listed in ``PROJECT_API``. (Written against the
+graph layer of f58a40d; ported to the fenced redesign: ``|`` keys, building markers in the head
+item instead of a ``:rb`` lease, positioned tokens, the applier's read-back of additions.)
+
+Things that are internals on purpose and would move with another redesign:
+- yield points *inside* an edge-store call (``_YieldingConnection`` on ``SqliteEdgeStore._db``):
+  a statement outside a transaction is a yield point (``BEGIN IMMEDIATE`` of a write, the
+  read-back ``SELECT``s), none inside one (a store transaction is atomic, as it is for real);
+- what makes a run time- and entropy-dependent, replaced for reproducibility: generation names
+  (``graph.fencing.new_generation``: a counter), rollover shard names (``secrets`` in
+  graph/sharded_lists.py: seeded), the claim TTL (``graph.fencing.LEASE_S``: longer than any
+  schedule, so a claim expires only as an injected fault) and a reader's wait for someone
+  else's build (``TokenLists._pause``: a yield point on the virtual clock);
+- reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import graph.fencing
+import graph.sharded_lists
+from consumers.failures import classify
+from consumers.fanout_apply import FanoutApplier
+from consumers.graph_apply import GraphApplier
+from consumers.positions import OFFSET_BITS, Origin, Positioned, position
+from graph.cache import MemcacheCluster, Outcome
+from graph.capped_lists import CappedListStore
+from graph.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser
+from graph.failures import Failure as FailureClass
+from graph.keys import SEP
+from graph.lists import ListKind, ListRef, ListSettings, Snapshot, TokenLists
+from graph.sharded_lists import ListStore
+from graph.sqlite_edges import SqliteEdgeStore
+from graph.timelines import TimelineEntry, TimelineReader, TimelineSource
+from producers.publisher import DeliveryReport
+from schemas import AnyEvent, Follow, Post, Unfollow, UserRemoved
+from tests.explore.model import Event, ListId
+from tests.explore.scheduler import Proxy, Scheduler, Step
+
+__all__ = [
+    "PROJECT_API",
+    "Knobs",
+    "Process",
+    "World",
+    "footprint",
+    "is_read",
+    "is_transient",
+    "is_write",
+]
+
+PROJECT_API = (
+    "MemcacheCluster(servers) and its batch methods (Outcome results, Item from gets_many)",
+    "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
+    "ListStore/CappedListStore(cache, source, ListSettings, rng): read_many, invalidate, "
+    "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
+    "graph.fencing.new_generation/LEASE_S/BUILDING; graph.keys.SEP",
+    "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
+    "FanoutApplier(...).apply(batch); TimelineSource.snapshot, TimelineReader",
+    "Positioned(event, position(ts, offset), Origin(...), raw)",
+    "consumers.failures.classify: which errors a consumer retries",
+)
+
+KINDS = {"followers": ListKind.FOLLOWERS, "following": ListKind.FOLLOWING}
+TIMELINE = "timeline"
+# Far longer than any schedule: a claim disappears only when the explorer evicts it, expires it
+# or "restarts" a server, never because the wall clock moved (that would not replay).
+LEASE_S = 3600
+# Generations carry an absolute deadline (unix seconds, 8 hex digits): a fixed one, far ahead
+# (2037, below 2**31: memcached reads expiries as signed 32 bits), so no run depends on the clock.
+DEADLINE = 0x7E000000
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error the consume loop retries the batch for (a busy store, a cache write that did
+    not settle); anything else ends the writer and is reported."""
+    return classify(exc) is FailureClass.TRANSIENT
+
+
+def is_marker(key: bytes, value: bytes) -> bool:
+    """A list head holding a building marker: a rebuild's claim (``"{gen}~ +j "`` for a sharded
+    list's index, ``"~{gen} ..."`` for a timeline)."""
+    if key.count(SEP) != 2:
+        return False
+    if key.split(SEP)[1] == ListKind.TIMELINE.value.encode():
+        return value.startswith(graph.fencing.BUILDING)
+    first = value.split(b" ", 1)[0]
+    return first.endswith(graph.fencing.BUILDING)
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """List settings for one schedule: small shards so rollovers and compactions happen."""
+
+    shard_bytes: int = 64
+    dirty_min: int = 2
+    dirty_ratio: float = 0.5
+    compact_write_prob: float = 0.0
+    cap: int = 800
+
+
+class _NoChunkTasks:
+    """The fan-out's chunk-task publisher: authors here are far below the chunk size, so a
+    publish would be a bug in the scenario; flush has nothing to confirm."""
+
+    def publish(self, event: object) -> None:
+        raise AssertionError(f"no chunk tasks expected, got {event!r}")
+
+    def flush(self) -> DeliveryReport:
+        return DeliveryReport()
+
+
+class _YieldingConnection:
+    """A sqlite3 connection whose statements are yield points when no transaction is open.
+
+    Why: ``EdgeStore.apply`` reads the removal marks and writes the edges in two steps; as one
+    atomic call the explorer could never interleave a removal between them. Never inside a
+    transaction: a paused actor holding SQLite's write lock would block the actor that runs
+    next for the whole busy timeout (and a transaction is atomic anyway)."""
+
+    def __init__(self, conn: sqlite3.Connection, scheduler: Scheduler, store: _Tracked) -> None:
+        self._conn = conn
+        self._scheduler = scheduler
+        self._store = store
+
+    def _pause(self, sql: str) -> None:
+        if not self._conn.in_transaction:
+            table = re.search(r"\b(edges|users|posts|celebrities)\b", sql)
+            call = f"sql.{sql.split()[0].lower()}"
+            self._scheduler.pause(call, (table[0] if table else "", self._store.users))
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._pause(sql)
+        return self._conn.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._pause(sql)
+        return self._conn.executemany(sql, *args)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self._conn.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._conn.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _Tracked:
+    """The edge store, remembering which users the call in progress is about, so that the
+    SQL yield points inside it have a footprint too (see ``footprint``)."""
+
+    def __init__(self, store: SqliteEdgeStore) -> None:
+        self._store = store
+        self.users: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.users = _store_users(name, args)
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.users = frozenset()
+
+        return call
+
+
+def _store_users(method: str, args: tuple[Any, ...]) -> frozenset[str]:
+    if not args:
+        return frozenset()
+    first = args[0]
+    if method == "apply":
+        return frozenset(u for c in first for u in c.edge)
+    if method == "positions":
+        return frozenset(u for edge in first for u in edge)
+    if method in ("remove_user", "followers", "following", "counts"):
+        return frozenset([first])
+    if method in ("all_members", "snapshot"):
+        return frozenset([first.user])
+    if method == "recent_posts":
+        return frozenset(first)
+    if method == "store_posts":
+        return frozenset(p.author for p in first)
+    return frozenset()
+
+
+def footprint(call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
+    """The users a call is about: a store call's edges or lists, the owners of the cache keys
+    (``{ns}|{kind}|{user}...``). None for faults, which may hit anything. The scheduler lets
+    a writer whose footprint meets a reader's go next: a conflict, not just any write."""
+    if call.startswith("fault."):
+        return None
+    if call.startswith("sql."):
+        return frozenset(args[1]) if len(args) > 1 else frozenset()
+    if call.startswith("store."):
+        return _store_users(call.split(".", 1)[1], args)
+    if call.startswith("cache.") and args:
+        first = args[0]
+        if call == "cache.append_to_each":
+            keys = [k for _, ks in first for k in ks]
+        elif isinstance(first, bytes):
+            keys = [first]
+        else:
+            keys = list(first)
+        return frozenset(k.split(SEP)[2].decode() for k in keys if k.count(SEP) >= 2)
+    return frozenset()
+
+
+READS = frozenset(
+    {
+        "store.all_members",
+        "store.snapshot",
+        "store.positions",
+        "store.recent_posts",
+        "store.followers",
+        "store.following",
+        "sql.select",
+        "cache.get_many",
+        "cache.gets_many",
+        "cache.exists_many",
+    }
+)
+
+
+def is_read(call: str) -> bool:
+    """Calls that read shared state (the store, an index, a lease): the moments after which
+    a preemption is most likely to expose a read-then-act race."""
+    return call in READS
+
+
+WRITES = frozenset(
+    {
+        "store.apply",
+        "store.remove_user",
+        "store.store_posts",
+        "sql.begin",
+        "cache.add_many",
+        "cache.append_many",
+        "cache.append_to_each",
+        "cache.set_many",
+        "cache.cas",
+        "cache.cas_many",
+        "cache.incr_many",
+        "cache.decr_many",
+        "cache.delete_many",
+        "cache.delete_if_unchanged",
+        "cache.flush_all",
+        "fault.evict",
+        "fault.restart",
+        "fault.lease-expiry",
+    }
+)
+
+
+def is_write(call: str) -> bool:
+    """Calls that change shared state (a store transaction, a cache write, a fault)."""
+    return call in WRITES
+
+
+def _no_keys(method: str, args: tuple[Any, ...]) -> bool:
+    """A batch call with an empty batch (the list code makes many: no leases to take, no
+    shards to rewrite): it sends nothing to memcached, so it is not a yield point."""
+    return method != "flush_all" and bool(args) and isinstance(args[0], Sized) and not args[0]
+
+
+def _canonical(method: str, args: tuple[Any, ...], result: Any) -> Any:
+    """A batch call's result in key order. The cluster answers server by server, so its order
+    depends on where the ring puts each key (the session's free ports), and the keys asked for
+    may come in a set's order (which varies between processes); the list code iterates these
+    results (which lease it builds first, which list it retries first), so without this a seed
+    would replay differently in another session."""
+    if isinstance(result, dict):
+        return dict(sorted(result.items()))
+    if method == "append_to_each" and isinstance(result, list):
+        return sorted(result, key=lambda refused: refused[:2])
+    return result
+
+
+def _ref(list_id: ListId) -> ListRef:
+    kind, user = list_id
+    return ListRef(ListKind.TIMELINE if kind == TIMELINE else KINDS[kind], user)
+
+
+def _event(e: Event) -> AnyEvent:
+    if e.kind == "follow":
+        return Follow(type="follow", follower=e.user, followee=e.other, ts=e.ts)
+    if e.kind == "unfollow":
+        return Unfollow(type="unfollow", follower=e.user, followee=e.other, ts=e.ts)
+    if e.kind == "removed":
+        return UserRemoved(type="user_removed", user=e.user, ts=e.ts)
+    return Post(type="post", author=e.user, post_id=e.other, ts=e.ts)
+
+
+def positioned(e: Event) -> Positioned:
+    topic = "x.posts" if e.kind == "post" else "x.graph"
+    key = (e.other if e.kind in ("follow", "unfollow") else e.user).encode()
+    return Positioned(
+        _event(e), position(e.ts, e.offset), Origin(topic, e.partition, e.offset, key), b""
+    )
+
+
+class Process:
+    """What one consumer (or reader) process owns: its own store connection, list objects and
+    appliers, over the schedule's shared (proxied) cache. Built inside the actor's thread,
+    because a sqlite3 connection belongs to the thread that opened it."""
+
+    def __init__(self, world: World, seed: int, scheduled: bool) -> None:
+        import random
+
+        rng = random.Random(seed)
+        raw = SqliteEdgeStore(world.db_path)
+        self._raw = raw
+        scheduler = world.scheduler
+        if scheduled and scheduler is not None:
+            tracked = _Tracked(raw)
+            raw._db = cast(sqlite3.Connection, _YieldingConnection(raw._db, scheduler, tracked))
+            store = cast(EdgeStore, Proxy(tracked, scheduler, "store"))
+            cache = world.cache
+        else:  # setup and checks: not scheduled, but in the same canonical order
+            store, cache = raw, world.cache
+        self.store = store
+        knobs = world.knobs
+        settings = ListSettings(
+            shard_bytes=knobs.shard_bytes,
+            dirty_ratio=knobs.dirty_ratio,
+            dirty_min=knobs.dirty_min,
+            compact_write_prob=knobs.compact_write_prob,
+            namespace=world.namespace,
+        )
+        capped = ListSettings(
+            shard_bytes=knobs.shard_bytes,
+            dirty_ratio=knobs.dirty_ratio,
+            dirty_min=knobs.dirty_min,
+            # A fan-out samples timelines to compact from a follower *set*'s iteration order,
+            # which depends on the process's string hashing: no sampling, or no replay.
+            compact_write_prob=0.0,
+            namespace=world.namespace,
+            max_members=knobs.cap,
+        )
+        self.lists = ListStore(cache, store, settings, rng)
+        self.source = TimelineSource(store, knobs.cap)
+        self.timelines = CappedListStore(cache, self.source, capped, rng)
+        self.graph = GraphApplier(store, self.lists)
+        self.fanout = FanoutApplier(
+            store, self.lists, self.timelines, cast(Any, _NoChunkTasks()), 10**6, 10**9
+        )
+        self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap)
+
+    def apply(self, events: Sequence[Event]) -> None:
+        """One batch, as the consumer of its topic applies it."""
+        posts = [positioned(e) for e in events if e.kind == "post"]
+        edges = [positioned(e) for e in events if e.kind != "post"]
+        if edges:
+            self.graph.apply(edges)
+        if posts:
+            self.fanout.apply(posts)
+
+    def apply_store_only(self, events: Sequence[Event]) -> None:
+        """A consumer that crashed after the edge-store step of a graph batch, before its
+        lists: the batch is not committed and will be delivered again."""
+        self.graph.record([positioned(e) for e in events if e.kind != "post"])
+
+    def read(self, ids: Sequence[ListId]) -> None:
+        """Readers: follower/following lists in one ``read_many``; a timeline through the
+        real read path (following list, timeline, celebrity merge)."""
+        refs = [_ref(i) for i in ids if i[0] != TIMELINE]
+        if refs:
+            self.lists.read_many(refs)
+        for kind, user in ids:
+            if kind == TIMELINE:
+                self.reader.read(user)
+
+    def invalidate(self, ids: Sequence[ListId]) -> None:
+        self._split(ids, lambda lists, refs: lists.invalidate(refs))
+
+    def rebuild(self, ids: Sequence[ListId]) -> None:
+        """``fanout rebuild-cache``: drop and rebuild now (through the fence: a rebuild that
+        loses its claim leaves the list to its next reader)."""
+
+        def action(lists: TokenLists, refs: list[ListRef]) -> None:
+            lists.invalidate(refs)
+            lists.rebuild_many(refs)
+
+        self._split(ids, action)
+
+    def _split(self, ids: Sequence[ListId], action: Any) -> None:
+        refs = [_ref(i) for i in ids]
+        graph_refs = [r for r in refs if r.kind is not ListKind.TIMELINE]
+        timeline_refs = [r for r in refs if r.kind is ListKind.TIMELINE]
+        if graph_refs:
+            action(self.lists, graph_refs)
+        if timeline_refs:
+            action(self.timelines, timeline_refs)
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class World:
+    """One schedule's shared things: the real cluster (flushed first: a seed must find the
+    same empty cache every time it runs), the SQLite file, the namespace, and the keys seen
+    written, for evictions that need no knowledge of the key layout."""
+
+    def __init__(
+        self,
+        cluster: MemcacheCluster,
+        db_path: Path,
+        namespace: str,
+        knobs: Knobs,
+        gen_seed: int,
+    ) -> None:
+        import random
+
+        self.cluster = cluster
+        self.db_path = db_path
+        self.namespace = namespace
+        self.knobs = knobs
+        self.scheduler: Scheduler | None = None
+        self.cache = cluster
+        self.present: dict[bytes, None] = {}  # keys believed present, least recent first
+        self.building: set[bytes] = set()  # heads last seen written with a building marker
+        self._gens = random.Random(gen_seed)
+        self._generations = 0
+        cluster.flush_all()
+
+    # -- wiring -----------------------------------------------------------------------------------
+
+    @contextmanager
+    def scheduled(self, scheduler: Scheduler) -> Iterator[None]:
+        """Route the schedule's cache calls through the scheduler, and make the graph layer's
+        generation names, shard names, claim TTL and build waits deterministic meanwhile."""
+        self.scheduler = scheduler
+        self.cache = cast(
+            MemcacheCluster,
+            Proxy(self.cluster, scheduler, "cache", self._seen, _canonical, _no_keys),
+        )
+        patches: list[tuple[Any, str, Any]] = [
+            (graph.fencing, "new_generation", self._generation),
+            (graph.fencing, "LEASE_S", LEASE_S),
+            (graph.sharded_lists, "secrets", SimpleNamespace(token_hex=self._hex)),
+            (TokenLists, "_pause", lambda lists: scheduler.sleep(0.01)),
+        ]
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            for owner, name, value in saved:
+                setattr(owner, name, value)
+
+    def _generation(self, lifetime_s: int) -> bytes:
+        """``new_generation``: the same format (8 hex digits of an absolute deadline, 8 more),
+        fresh within a schedule (a counter: readable in traces), the same in every replay."""
+        self._generations += 1
+        return b"%08x%08x" % (DEADLINE, self._generations)
+
+    def _hex(self, nbytes: int) -> str:
+        return f"{self._gens.getrandbits(8 * nbytes):0{2 * nbytes}x}"
+
+    def process(self, seed: int, scheduled: bool = True) -> Process:
+        return Process(self, seed, scheduled)
+
+    # -- cache faults -----------------------------------------------------------------------------
+
+    def _seen(self, method: str, args: tuple[Any, ...], result: Any) -> None:
+        """Track which keys exist (and which heads hold a marker) from the calls that went
+        through the proxy."""
+        touched: list[bytes] = []
+        gone: list[bytes] = []
+        if method in ("add_many", "append_many", "set_many"):
+            touched = [k for k, outcome in result.items() if outcome is Outcome.STORED]
+            if method != "append_many":  # a timeline's appends keep its marker (or none)
+                for key in touched:
+                    if is_marker(key, args[0][key]):
+                        self.building.add(key)
+                    else:
+                        self.building.discard(key)
+        elif method == "incr_many":
+            touched = [k for k, value in result.items() if value is not None]
+        elif method in ("cas_many", "cas"):
+            values = args[0] if method == "cas_many" else {args[0]: (args[1], args[2])}
+            outcomes = result if method == "cas_many" else {args[0]: result}
+            for key, outcome in outcomes.items():
+                if outcome is Outcome.STORED:
+                    touched.append(key)
+                    if is_marker(key, values[key][0]):
+                        self.building.add(key)
+                    else:
+                        self.building.discard(key)
+                elif outcome is Outcome.NOT_FOUND:
+                    gone.append(key)
+        elif method == "append_to_each":
+            refused = {(i, k) for i, k, _ in result}
+            touched = [k for i, (_, ks) in enumerate(args[0]) for k in ks if (i, k) not in refused]
+        elif method == "delete_many":
+            gone = list(args[0])
+        elif method == "delete_if_unchanged":
+            gone = [k for k, outcome in result.items() if outcome is not Outcome.EXISTS]
+        elif method == "flush_all":
+            self.present.clear()
+            self.building.clear()
+        self._forget(gone)
+        for key in touched:
+            self.present.pop(key, None)
+            self.present[key] = None
+
+    def _forget(self, keys: Iterable[bytes]) -> None:
+        for key in keys:
+            self.present.pop(key, None)
+            self.building.discard(key)
+
+    def evict(self, pick: Any) -> bytes | None:
+        """DELETE one key believed present, as an LRU eviction would. ``pick(keys)`` chooses
+        (the explorer's seeded choice); recent keys first in its list."""
+        keys = list(reversed(self.present))
+        if not keys:
+            return None
+        key: bytes = pick(keys)
+        self.cluster.delete_many([key])
+        self._forget([key])
+        return key
+
+    def footprint(self, call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
+        """``footprint``, and for a lease expiry the lists being rebuilt right now."""
+        if call == "fault.lease-expiry":  # what it expired, or would expire now
+            claims = args[0] if args else sorted(self.building)
+            return footprint("cache.delete_many", (claims,))
+        return footprint(call, args)
+
+    def expire_leases(self) -> list[bytes]:
+        """Claims whose TTL has passed (a rebuild slower than ``graph.fencing.LEASE_S``, a
+        stalled process): claim TTLs are made too long to expire by the wall clock (that would
+        not replay), so expiry is a fault the explorer injects. A claim is the list's head item
+        holding a building marker: every head that holds one now is deleted, as its expiry
+        would."""
+        heads = [k for k in self.present if k.count(SEP) == 2]
+        found = self.cluster.get_many(heads)
+        claims = sorted(k for k, v in found.items() if is_marker(k, v))
+        self.cluster.delete_many(claims)
+        self._forget(claims)
+        return claims
+
+    def restart(self, half: int) -> list[bytes]:
+        """A memcached server restart, placement-independent: every key of this schedule in
+        one half of a fixed hash is lost at once. (A real flush of one server would lose the
+        keys the live ring puts there, which depends on the session's free ports, so the same
+        seed would lose different keys in another session.)"""
+        lost = [k for k in self.present if zlib.crc32(k) % 2 == half]
+        self.cluster.delete_many(lost)
+        self._forget(lost)
+        return lost
+
+    # -- the verdict ------------------------------------------------------------------------------
+
+    def observe(self, ids: Sequence[ListId]) -> list[tuple[ListId, frozenset[str], frozenset[str]]]:
+        """For each list: what one read after quiescence returns (rebuilding it if absent) and
+        what the store says it must be. A timeline is compared as a reader sees it: posts of
+        authors the user no longer follows are filtered at read time by design, so they are
+        left out; what must match is the regeneration from the store."""
+        proc = self.process(seed=0, scheduled=False)
+        try:
+            out = []
+            graph_ids = [i for i in ids if i[0] != TIMELINE]
+            cached = proc.lists.read_many([_ref(i) for i in graph_ids])
+            for list_id in graph_ids:
+                ref = _ref(list_id)
+                out.append((list_id, cached[ref], frozenset(proc.store.all_members(ref))))
+            for list_id in (i for i in ids if i[0] == TIMELINE):
+                ref = _ref(list_id)
+                following = frozenset(
+                    proc.store.all_members(ListRef(ListKind.FOLLOWING, list_id[1]))
+                )
+                members = proc.timelines.read_many([ref])[ref]
+                view = frozenset(m for m in members if TimelineEntry.parse(m).author in following)
+                out.append((list_id, view, frozenset(proc.source.snapshot(ref).members)))
+            return out
+        finally:
+            proc.close()
+
+    def stored(self, ids: Sequence[ListId]) -> dict[ListId, frozenset[str]]:
+        """The edge store's answer for follower/following lists (compared with the model)."""
+        store = SqliteEdgeStore(self.db_path)
+        try:
+            return {i: frozenset(store.all_members(_ref(i))) for i in ids if i[0] != TIMELINE}
+        finally:
+            store.close()
+
+    # -- reading traces back ----------------------------------------------------------------------
+
+    def short(self, key: bytes) -> str:
+        """A key without the namespace, generations as ``g{n}`` (see ``_generation``)."""
+        text = _GEN.sub(rb"g\1", key).decode("ascii", "replace")
+        return text.removeprefix(self.namespace + "|")
+
+    def describe(self, step: Step) -> str:
+        """One trace line's text: the call with its keys (namespace dropped) and result."""
+        call, args, result = step.call, step.args, step.result
+        name = call.split(".", 1)[-1]
+        if call.startswith("cache."):
+            return f"{name} {self._describe_cache(name, args, result, step.done)}"
+        if call.startswith("store."):
+            return f"store.{name}{self._describe_store(name, args, result, step.done)}"
+        if call.startswith("sql."):
+            return f"sql {name} {args[0] if args else ''}".rstrip()
+        if call == "fault.evict":
+            return f"EVICT {self.short(args[0]) if args and args[0] else 'nothing'}"
+        if call == "fault.lease-expiry":
+            expired = args[0] if args else []
+            return f"LEASES EXPIRE: {' '.join(sorted(self.short(k) for k in expired)) or '-'}"
+        if call == "fault.restart":
+            lost = sorted(self.short(k) for k in result or [])
+            return f"RESTART half {args[0]}: lost {len(lost)} keys {' '.join(lost)}"
+        shown = " ".join([call, *map(str, args)])
+        return f"{shown} → {result}" if step.done and result is not None else shown
+
+    def _value(self, value: bytes) -> str:
+        """Generations as ``g{n}``, positions as ``@{ts}`` (event time), timeline times without
+        their zero padding."""
+        value = _GEN.sub(rb"g\1", value)
+        value = _POS.sub(lambda m: b"@%d" % (int(m[1], 16) >> OFFSET_BITS), value)
+        text = re.sub(rb"(?<=[+-])0{6,}", b"", value).decode("ascii", "replace")
+        return repr(text if len(text) <= 60 else text[:57] + "...")
+
+    def _describe_cache(self, name: str, args: tuple[Any, ...], result: Any, done: bool) -> str:
+        if name in ("get_many", "gets_many", "exists_many", "delete_many"):
+            keys = [self.short(k) for k in args[0]]
+            if name == "delete_many":  # often a set's order, which varies between processes
+                keys.sort()
+            if not done or name == "delete_many":
+                return " ".join(keys)
+            if name == "exists_many":
+                return " ".join(
+                    f"{self.short(k)}={'yes' if v else 'no'}" for k, v in result.items()
+                )
+            found = {
+                self.short(k): (v[0] if isinstance(v, tuple) else v) for k, v in result.items()
+            }
+            return " ".join(f"{k}={self._value(found[k]) if k in found else '∅'}" for k in keys)
+        if name in ("add_many", "append_many", "set_many", "incr_many", "decr_many"):
+            values: Mapping[bytes, Any] = args[0]
+            outcome = result if isinstance(result, dict) else {}
+            op = {"add_many": "=", "set_many": ":=", "decr_many": "-="}.get(name, "+=")
+            parts = []
+            for key, value in values.items():
+                shown = self._value(value) if isinstance(value, bytes) else str(value)
+                ok: Any = outcome.get(key, "?") if done and name != "decr_many" else ""
+                parts.append(f"{self.short(key)}{op}{shown}{_mark(ok) if done else '…'}")
+            return ("ADD " if name == "add_many" else "") + " ".join(parts)
+        if name == "cas":
+            mark = _mark(result) if done else "…"
+            return f"{self.short(args[0])}={self._value(args[1])}{mark}"
+        if name == "cas_many":
+            swaps: Mapping[bytes, tuple[bytes, bytes]] = args[0]
+            return " ".join(
+                f"{self.short(k)}={self._value(v)}{_mark(result.get(k)) if done else '…'}"
+                for k, (v, _) in swaps.items()
+            )
+        if name == "delete_if_unchanged":
+            return " ".join(
+                f"{self.short(k)}{_mark(result.get(k)) if done else '…'}" for k in sorted(args[0])
+            )
+        if name == "append_to_each":  # followers come in a set's order: sorted
+            return " ".join(
+                f"{self._value(v)}→{','.join(sorted(self.short(k) for k in ks))}"
+                for v, ks in args[0]
+            )
+        return " ".join(map(str, args))
+
+    def _describe_store(self, name: str, args: tuple[Any, ...], result: Any, done: bool) -> str:
+        def change(c: EdgeChange) -> str:
+            ts = c.pos >> OFFSET_BITS
+            return f"{c.follower}{'→' if c.active else '↛'}{c.followee}@{ts}"
+
+        if name == "apply":
+            sent = " ".join(map(change, args[0]))
+            if not done:
+                return f"({sent})"
+            return f"({sent}) live=[{' '.join(map(change, result))}]"
+        if name == "positions":
+            edges = " ".join(f"{f}→{t}" for f, t in args[0])
+            if not done:
+                return f"({edges})"
+            states: Mapping[tuple[str, str], EdgeState] = result
+            shown = " ".join(
+                f"{f}{'→' if st.active else '↛'}{t}@{st.pos >> OFFSET_BITS}"
+                for (f, t), st in sorted(states.items())
+            )
+            return f"({edges}) → [{shown}]"
+        if name == "snapshot":
+            ref_: ListRef = args[0]
+            if not done:
+                return f"({ref_.kind.value}:{ref_.user}) → …"
+            snap: Snapshot = result
+            positions = snap.positions or [0] * len(snap.members)
+            members = [
+                f"{m}@{p >> OFFSET_BITS}" for m, p in zip(snap.members, positions, strict=True)
+            ]
+            return f"({ref_.kind.value}:{ref_.user}) → {members}"
+        if name == "remove_user":
+            user, pos = args
+            shown = f"({user}@{pos >> OFFSET_BITS})"
+            if isinstance(result, RemovedUser):
+                shown += f" followers={list(result.followers)} following={list(result.following)}"
+            return shown
+        if name == "all_members":
+            ref: ListRef = args[0]
+            return f"({ref.kind.value}:{ref.user}) → {sorted(result) if done else '…'}"
+        if name == "recent_posts":
+            posts = [f"{p.author}/{p.post_id}" for p in result] if done else "…"
+            return f"({sorted(args[0])}) → {posts}"
+        return f"{args}"
+
+    # -- attribution ------------------------------------------------------------------------------
+
+    def suspect(self, steps: Sequence[Step], events: Sequence[Event], failure: Any) -> str:
+        """The adapter's reading of a failing trace: which known mechanism left this list (or
+        the store) wrong. A guess for the report, never part of the verdict; it knows today's
+        key and token layout, which is why it lives here."""
+        return _Forensics(self.namespace, steps, events).explain(failure)
+
+
+KIND_CODES = {"followers": "fl", "following": "fg", TIMELINE: "tl"}
+_GEN = re.compile(rb"%08x0*([0-9a-f]+)" % DEADLINE)
+_POS = re.compile(rb"#([0-9a-f]+)")
+
+
+def _mark(outcome: Any) -> str:
+    marks: dict[Any, str] = {
+        Outcome.STORED: "✓",
+        Outcome.NOT_STORED: "✗",
+        Outcome.EXISTS: "✗exists",
+        Outcome.NOT_FOUND: "✗gone",
+        Outcome.TOO_LARGE: "✗large",
+        None: "∅",
+    }
+    return marks.get(outcome, f"={outcome}")
+
+
+class _Forensics:
+    """Reads one trace back for one wrong (list, member).
+
+    The questions, in order: did a removal's redelivery forget neighbours (5); is the store
+    itself wrong with a removal between an apply's read and write (6)? Otherwise find the
+    generation the list holds now (the commit of its last claim), and the token that decides
+    the member in it (greatest position). A stale token appended after the store turned the
+    edge the other way is a replay (4) or a follow racing a removal (3); a token that was
+    appended and is gone lost its shard to a re-ADD (7). No token: the rebuild's own content is
+    wrong, because the store changed while it was in flight and either an invalidation came
+    before its commit (1) or its claim vanished so the writer skipped it (2). The numbers are
+    the old-code findings of tests/explore/FINDINGS.md; the fenced design rules each out."""
+
+    def __init__(self, namespace: str, steps: Sequence[Step], events: Sequence[Event]) -> None:
+        self.ns = namespace
+        self.steps = steps
+        self.events = events
+
+    def explain(self, failure: Any) -> str:
+        if failure.list_id is None:
+            return self._stuck_writer(failure.detail)
+        kind, user = failure.list_id
+        member: str = failure.member
+        if kind == TIMELINE:
+            _, author, post = member.split("!")
+            edge = (user, author)
+        else:
+            edge, post = ((member, user) if kind == "followers" else (user, member)), ""
+        if failure.kind == "store_vs_model":
+            return "store-removal-race" if self._store_race(edge) else ""
+        if self._removal_forgot(edge, failure.list_id):
+            return "removal-not-idempotent"
+        if self._redelivery_superseded(edge):
+            return "redelivery-superseded"
+        key = f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()
+        writes = self._writes(edge, post)
+        commit, gen_prefix = self._commit(key, kind)
+        token = self._last_token(key, gen_prefix, commit, member)
+        extra = failure.kind.endswith("_extra")
+        if token is not None:
+            at, actor, sign = token
+            if self._shard_readded(key, gen_prefix, at):
+                return "shard-readded"
+            if sign == extra:  # the token says what the list says: it was stale when appended
+                before = [w for w in writes if w[0] < at]
+                if not before or before[-1][1] == actor:
+                    return "stale-append"
+                if before[-1][2] == "remove_user":  # a removal from the other partition
+                    return "removal-vs-follow"
+                # The edge's own partition, applied by a second consumer (a replay, a
+                # zombie) between this writer's store step and its append.
+                return "replay-or-zombie"
+            return ""
+        if commit is None:
+            return ""
+        rebuilder = self.steps[commit].actor
+        read = self._rebuild_read(rebuilder, commit, kind, user)
+        if read is None:
+            return ""
+        raced = [w for w in writes if read < w[0] < commit]
+        if not raced:
+            return ""
+        changed = raced[-1][0]
+        if any(
+            s.call == "cache.delete_many" and key in s.args[0] for s in self.steps[changed:commit]
+        ):
+            return "unfenced-rebuild"
+        if self._lease_lost(key, rebuilder, commit):
+            return "lease-lost"
+        return ""
+
+    def _stuck_writer(self, detail: str) -> str:
+        """A writer that gave up on a list (ListWriteError) because its newest shard and that
+        shard's counter were both gone: every round INCRs the counter (missing), reads the
+        shard to re-seed it (missing too), seeds nothing and goes round again, never reaching
+        the APPEND that would find the shard missing and drop the list."""
+        actor = detail.split(":", 1)[0]
+        if "ListWriteError" not in detail:
+            return ""
+        mine = [s for s in self.steps if s.actor == actor and s.done]
+        for before, after in pairwise(mine):
+            if (
+                before.call == "cache.incr_many"
+                and None in before.result.values()
+                and after.call == "cache.get_many"
+                and not after.result
+            ):
+                return "recount-without-shard"
+        return ""
+
+    # -- the store's side -------------------------------------------------------------------------
+
+    def _commit_of(self, call: int) -> int:
+        """The step at which a store call's transaction ran: its actor's next BEGIN."""
+        actor = self.steps[call].actor
+        for s in self.steps[call + 1 :]:
+            if s.actor == actor and s.call == "sql.begin":
+                return s.index
+        return call
+
+    def _writes(self, edge: tuple[str, str], post: str) -> list[tuple[int, str, str]]:
+        """Store writes that decided this edge (or stored this post): (step, actor, call)."""
+        found = []
+        follower, followee = edge
+        for s in self.steps:
+            if not s.done:
+                continue
+            if s.call == "store.apply":
+                if any((c.follower, c.followee) == edge for c in s.result):
+                    found.append((self._commit_of(s.index), s.actor, "apply"))
+            elif s.call == "store.remove_user" and isinstance(s.result, RemovedUser):
+                removed = s.args[0]
+                if (removed == follower and followee in s.result.following) or (
+                    removed == followee and follower in s.result.followers
+                ):
+                    found.append((self._commit_of(s.index), s.actor, "remove_user"))
+            elif s.call == "store.store_posts" and any(p.post_id == post for p in s.args[0]):
+                found.append((self._commit_of(s.index), s.actor, "store_posts"))
+        return sorted(found)
+
+    def _store_race(self, edge: tuple[str, str]) -> bool:
+        """An apply of this edge read the removal marks, then a removal of one of its users
+        committed, then the apply wrote: the removal check was made on stale marks."""
+        for s in self.steps:
+            if s.call != "store.apply" or not any(
+                (c.follower, c.followee) == edge for c in s.args[0]
+            ):
+                continue
+            mine = [t for t in self.steps[s.index + 1 :] if t.actor == s.actor]
+            read = next((t.index for t in mine if t.call == "sql.select"), None)
+            write = next((t.index for t in mine if t.call == "sql.begin"), None)
+            if read is None or write is None:
+                continue
+            for t in self.steps[:write]:
+                removal = t.call == "store.remove_user" and t.args[0] in edge
+                if removal and read < self._commit_of(t.index) < write:
+                    return True
+        return False
+
+    def _removal_forgot(self, edge: tuple[str, str], list_id: ListId) -> bool:
+        """A removal's store step named this list's user as a neighbour but its list step never
+        ran (a crash), and the redelivered removal found no neighbours left to invalidate."""
+        kind, owner = list_id
+        if kind == TIMELINE:
+            return False
+        removals = [s for s in self.steps if s.call == "store.remove_user" and s.done]
+        for first in removals:
+            if first.args[0] not in edge or owner not in self._neighbours(first):
+                continue
+            if any(
+                s.index > first.index and s.args == first.args and owner not in self._neighbours(s)
+                for s in removals
+            ):
+                return True
+        return False
+
+    def _redelivery_superseded(self, edge: tuple[str, str]) -> bool:
+        """A batch crashed after its store step with this edge's change current; by its
+        redelivery a removal had stamped the edge with the removal's position, so the change
+        was no longer current and its token was never appended (and the removal did not name
+        the neighbour: the edge was already inactive in the store)."""
+        applies = [s for s in self.steps if s.call == "store.apply" and s.done]
+        removals = [
+            self._commit_of(s.index)
+            for s in self.steps
+            if s.call == "store.remove_user" and s.args[0] in edge
+        ]
+        for first in applies:
+            for change in first.result:
+                if (change.follower, change.followee) != edge:
+                    continue
+                for again in applies:
+                    if (
+                        again.index > first.index
+                        and again.actor == first.actor
+                        and change in again.args[0]
+                        and change not in again.result
+                        and any(first.index < r < self._checked(again) for r in removals)
+                    ):
+                        return True
+        return False
+
+    def _checked(self, call: Step) -> int:
+        """When an apply read back which of its changes are current: the first SELECT of its
+        actor after its transaction."""
+        begin = self._commit_of(call.index)
+        mine = (s for s in self.steps[begin + 1 :] if s.actor == call.actor)
+        return next((s.index for s in mine if s.call == "sql.select"), begin)
+
+    @staticmethod
+    def _neighbours(step: Step) -> set[str]:
+        result = step.result
+        return set(result.followers) | set(result.following)
+
+    # -- the cache's side -------------------------------------------------------------------------
+
+    def _commit(self, key: bytes, kind: str) -> tuple[int | None, bytes]:
+        """The commit of the generation the list holds now (the first CAS that replaced the
+        last successful claim's marker; None: built before the trace) and the prefix of the
+        keys holding its tokens."""
+        claim, gen = None, b""
+        for s in reversed(self.steps):
+            if s.call == "cache.add_many" and s.done and s.result.get(key) is Outcome.STORED:
+                claim = s.index
+                value: bytes = s.args[0][key]
+                gen = value.split()[0].strip(graph.fencing.BUILDING)
+                break
+        prefix = key if kind == TIMELINE else (key + SEP + gen + SEP if gen else b"")
+        if claim is None:
+            return None, prefix
+        for s in self.steps[claim + 1 :]:
+            if s.call == "cache.cas_many" and s.done and s.result.get(key) is Outcome.STORED:
+                return s.index, prefix
+        return None, prefix
+
+    def _shard_keys(self, key: bytes, prefix: bytes, candidate: bytes) -> bool:
+        if prefix == key:
+            return candidate == key
+        counter = candidate.endswith(SEP + b"n")
+        if prefix:
+            return candidate.startswith(prefix) and not counter
+        rest = candidate[len(key) :]
+        return candidate.startswith(key + SEP) and rest.count(SEP) == 2 and not counter
+
+    def _last_token(
+        self, key: bytes, prefix: bytes, commit: int | None, member: str
+    ) -> tuple[int, str, bool] | None:
+        """(step, actor, is-addition) of the token that decides ``member`` (greatest
+        position, a removal winning a tie) among those stored in the list's current generation
+        after its commit."""
+        wanted = member.encode()
+        best: tuple[int, bool, int, str] | None = None  # pos, add, step, actor
+        start = 0 if commit is None else commit + 1
+        for s in self.steps[start:]:
+            if not s.done:
+                continue
+            values: list[bytes] = []
+            if s.call in ("cache.append_many", "cache.add_many"):
+                values = [
+                    v
+                    for k, v in s.args[0].items()
+                    if s.result.get(k) is Outcome.STORED and self._shard_keys(key, prefix, k)
+                ]
+            elif s.call == "cache.append_to_each":
+                refused = {(i, k) for i, k, _ in s.result}
+                values = [
+                    v
+                    for i, (v, ks) in enumerate(s.args[0])
+                    for k in ks
+                    if k == key and (i, k) not in refused
+                ]
+            for value in values:
+                for tok in value.split():
+                    name, _, pos = tok[1:].partition(b"#")
+                    if name != wanted or tok[:1] not in (b"+", b"-"):
+                        continue
+                    add, at = tok[:1] == b"+", int(pos or b"0", 16)
+                    if best is None or at > best[0] or (at == best[0] and not add):
+                        best = (at, add, s.index, s.actor)
+        return None if best is None else (best[2], best[3], best[1])
+
+    def _shard_readded(self, key: bytes, prefix: bytes, at: int) -> bool:
+        """A shard of the list was lost (evicted, restarted) and then ADDed again by a
+        rollover after the token was appended to it."""
+        lost: set[bytes] = set()
+        for s in self.steps:
+            if s.call == "fault.evict" and s.args and s.args[0]:
+                lost.add(s.args[0])
+            elif s.call == "fault.restart" and s.done:
+                lost.update(s.result)
+            elif s.call == "cache.add_many" and s.done and s.index > at:
+                for k, ok in s.result.items():
+                    if ok and k in lost and self._shard_keys(key, prefix, k) and k != key:
+                        return True
+        return False
+
+    def _rebuild_read(self, actor: str, commit: int, kind: str, user: str) -> int | None:
+        """When the rebuild that committed at ``commit`` read the store for this list (a
+        timeline: the owner's following list)."""
+        wanted = ListRef(ListKind.FOLLOWING, user) if kind == TIMELINE else _ref((kind, user))
+        for s in reversed(self.steps[:commit]):
+            if (
+                s.actor == actor
+                and s.call in ("store.snapshot", "store.all_members")
+                and s.args[0] == wanted
+            ):
+                mine = (t for t in self.steps[s.index :] if t.actor == actor)
+                return next((t.index for t in mine if t.call == "sql.select"), s.index)
+        return None
+
+    def _lease_lost(self, lease: bytes, rebuilder: str, commit: int) -> bool:
+        taken = None
+        for s in reversed(self.steps[:commit]):
+            if s.actor == rebuilder and s.call == "cache.add_many" and s.done:
+                if s.result.get(lease) is not Outcome.STORED:
+                    continue
+                taken = s.index
+                break
+        if taken is None:
+            return False
+        for s in self.steps[taken:commit]:
+            if s.call == "fault.evict" and s.args and s.args[0] == lease:
+                return True
+            if s.call == "fault.restart" and s.done and lease in s.result:
+                return True
+            if s.call == "fault.lease-expiry" and s.args and lease in s.args[0]:
+                return True
+            if s.call == "cache.delete_many" and s.actor != rebuilder and lease in s.args[0]:
+                return True
+        return False

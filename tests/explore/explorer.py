@@ -1,0 +1,661 @@
+"""Random but reproducible schedules of concurrent graph actors, checked after quiescence.
+
+A *schedule* is one seed: the seed draws a workload (an event log split over partitions, list
+settings, which actors exist and what each does) and then every scheduling decision (see
+scheduler.py). The actors run the project's real appliers, lists and edge store, through
+adapter.py, against the real memcached servers of the test stack and a real SQLite file. When
+every actor has finished, one more read of every list must give exactly what the edge store
+holds, and the edge store must hold exactly what the events say (tests/explore/model.py).
+
+Why random schedules and not hand-written interleavings: the known races were each found by a
+reviewer imagining one interleaving; the explorer should find them, and the ones nobody imagined,
+by itself, and keep finding them until the design fences them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graph.cache import MemcacheCluster
+from tests.explore import adapter
+from tests.explore.model import Event, GraphModel, Kind, ListId
+from tests.explore.scheduler import Aborted, Hang, Scheduler, Step
+
+SCENARIOS = ("graph", "removal", "hotlist", "timeline")
+DEFAULT_SCHEDULES = 100  # per scenario: 400 in all, ~30 s on two busy cores
+WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One broken invariant: ``kind`` names the invariant, ``suspect`` the adapter's guess of
+    the mechanism (read off the trace; empty when it has none)."""
+
+    kind: str
+    list_id: ListId | None
+    member: str
+    detail: str
+    suspect: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.list_id[0]}:{self.list_id[1]} " if self.list_id else ""
+        guess = f"  [suspect: {self.suspect}]" if self.suspect else ""
+        return f"{self.kind}: {where}{self.member} {self.detail}{guess}"
+
+
+@dataclass(slots=True)
+class Schedule:
+    """Everything one seed drew, and what happened."""
+
+    scenario: str
+    seed: int
+    knobs: adapter.Knobs
+    strategy: str = ""
+    events: list[Event] = field(default_factory=list)
+    setup: int = 0  # events applied before the actors start
+    actors: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.scenario}:{self.seed}"
+
+    def report(self, limit: int = 400) -> str:
+        lines = [
+            f"== schedule {self.name} (strategy {self.strategy}, {len(self.steps)} steps) ==",
+            f"replay: FANOUT_EXPLORE_SEED={self.name} .venv/bin/python -m pytest "
+            "tests/explore -k replay -s",
+            f"knobs: {self.knobs}",
+            f"setup events: {' '.join(map(str, self.events[: self.setup]))}",
+            f"live events:  {' '.join(map(str, self.events[self.setup :]))}",
+            f"actors: {', '.join(self.actors)}",
+            "failures:",
+            *(f"  {f}" for f in self.failures),
+            "trace:",
+        ]
+        shown = self.trace if len(self.trace) <= limit else self.trace[-limit:]
+        if len(shown) < len(self.trace):
+            lines.append(f"  ... {len(self.trace) - len(shown)} earlier steps left out")
+        lines += [f"  {t}" for t in shown]
+        return "\n".join(lines)
+
+
+# -- workloads -----------------------------------------------------------------------------------
+
+
+class Log:
+    """An event log over ``partitions`` partitions, keyed as the project keys them (follows by
+    followee, removals by user, posts by author). Event times increase within a partition and
+    never repeat across partitions: the same-millisecond hole is documented, not explored."""
+
+    def __init__(self, rng: random.Random, users: Sequence[str], partitions: int) -> None:
+        self.rng = rng
+        self.users = list(users)
+        self.partitions = partitions
+        self.events: list[Event] = []
+        self._offsets = [0] * partitions
+        self._tick = 100
+        # Producers' clocks disagree: a partition's events may be stamped a few events older
+        # than those of another, so a late-applied follow can be older than a removal.
+        self._skew = [rng.choice([0, 0, -2, -4]) for _ in range(partitions)]
+        self._posts = 0
+
+    def partition_of(self, key: str) -> int:
+        return log_partition(self.users, key, self.partitions)
+
+    def add(self, kind: Kind, user: str, other: str = "") -> Event:
+        key = other if kind in ("follow", "unfollow") else user
+        p = self.partition_of(key)
+        self._tick += self.rng.randint(1, 2)
+        ts = 10 * (self._tick + self._skew[p]) + p  # unique: no two events share a millisecond
+        event = Event(kind, user, other, ts, p, self._offsets[p])
+        self._offsets[p] += 1
+        self.events.append(event)
+        return event
+
+    def post(self, author: str) -> Event:
+        self._posts += 1
+        return self.add("post", author, f"p{self._posts}")
+
+    def graph_event(
+        self,
+        followers: Sequence[str],
+        followees: Sequence[str],
+        unfollow: float = 0.3,
+        removal: float = 0.0,
+    ) -> Event:
+        """A follow or unfollow that changes the graph as the events so far define it (a
+        redundant one now and then: redeliveries are covered separately), or a removal."""
+        rng = self.rng
+        r = rng.random()
+        if r < removal:
+            return self.add("removed", rng.choice(sorted({*followers, *followees})))
+        model = GraphModel(self.events)
+        pairs = [(f, t) for f in followers for t in followees if f != t]
+        active = [p for p in pairs if model.active(*p)]
+        if r < removal + unfollow and active:
+            # Half the time the newest follow: follow-then-unfollow of one edge in quick
+            # succession is where a late token of either does harm.
+            newest = [p for p in ((e.user, e.other) for e in reversed(self.events)) if p in active]
+            follower, followee = newest[0] if rng.random() < 0.5 else rng.choice(active)
+            return self.add("unfollow", follower, followee)
+        fresh = [p for p in pairs if p not in active]
+        follower, followee = rng.choice(fresh if fresh and rng.random() < 0.9 else pairs)
+        return self.add("follow", follower, followee)
+
+
+def _batches(rng: random.Random, events: Sequence[Event], most: int = 3) -> list[list[Event]]:
+    out: list[list[Event]] = []
+    i = 0
+    while i < len(events):
+        n = rng.randint(1, most)
+        out.append(list(events[i : i + n]))
+        i += n
+    return out
+
+
+@dataclass(slots=True)
+class Workload:
+    """A seed's event log and the mix of actors around it."""
+
+    log: Log
+    setup: int  # events applied (and lists warmed) before the actors start
+    lists: list[ListId]  # every list the invariant checks
+    warm: list[ListId]  # lists read, so cached, before the actors start
+    crash: float = 0.15  # share of graph batches applied store-only, then delivered again
+    twice: float = 0.1  # share of batches delivered twice
+    replay: float = 0.3  # chance of a writer replaying an older slice of one partition
+    zombie: float = 0.3  # chance of a revoked consumer still applying its partition's batches
+    readers: int = 2
+    timeline_readers: Sequence[str] = ()
+    evictions: tuple[int, int] = (1, 3)
+    restart: float = 0.15
+    invalidate: float = 0.4
+    lease_expiry: float = 0.4
+
+    @property
+    def live(self) -> list[Event]:
+        return self.log.events[self.setup :]
+
+    @property
+    def horizon(self) -> int:
+        """Roughly how many steps the writers take: passive actors act within it."""
+        return 8 * len(self.live) + 20
+
+    def hot(self) -> list[ListId]:
+        """Lists the live events write to (readers favour them: that is where races are)."""
+        hot: dict[ListId, None] = {}
+        for e in self.live:
+            if e.kind in ("follow", "unfollow"):
+                hot.update(dict.fromkeys([("followers", e.other), ("following", e.user)]))
+                if self.timeline_readers:
+                    hot[("timeline", e.user)] = None
+            elif e.kind == "removed":
+                for other in self.log.events:
+                    if e.user in (other.user, other.other) and other.kind != "post":
+                        hot.update(dict.fromkeys(_graph_lists([other.user, other.other])))
+        return [i for i in self.lists if i in hot] or self.lists
+
+
+def log_partition(users: Sequence[str], key: str, partitions: int = 2) -> int:
+    """``Log.partition_of`` before there is a log."""
+    return users.index(key) % partitions
+
+
+def _graph_lists(users: Sequence[str]) -> list[ListId]:
+    return [(kind, u) for u in users for kind in ("followers", "following")]
+
+
+def workload(scenario: str, rng: random.Random) -> Workload:
+    """What a seed's actors will do, by scenario:
+
+    - ``graph``: follows and unfollows among four users on two partitions, a rare removal,
+      replays and zombie consumers, evictions;
+    - ``removal``: removals often, and crashes between the store and the lists often;
+    - ``hotlist``: one user follows and unfollows many, so its following list, written from
+      both partitions, rolls over (tiny shards) and is compacted under concurrent writers
+      while keys are evicted;
+    - ``timeline``: readers follow and unfollow authors who post; home timelines are read,
+      regenerated and invalidated by the follows."""
+    if scenario == "timeline":
+        # Every author has older posts, so a follow that a regenerated timeline misses shows.
+        readers, authors = ["r0", "r1"], ["a0", "a1", "a2"]
+        log = Log(rng, [*authors, *readers], 2)
+        for author in authors:
+            log.post(author)
+        for _ in range(rng.randint(1, 3)):
+            log.graph_event(readers, authors, unfollow=0.0)
+        setup = len(log.events)
+        for _ in range(rng.randint(5, 9)):
+            if rng.random() < 0.3:
+                log.post(rng.choice(authors))
+            else:
+                log.graph_event(readers, authors, unfollow=0.35)
+        timelines = [("timeline", r) for r in readers]
+        lists = _graph_lists([*authors, *readers]) + timelines
+        warm = [i for i in lists if rng.random() < 0.7]
+        return Workload(
+            log, setup, lists, warm, crash=0.1, replay=0.2, zombie=0.2, timeline_readers=readers
+        )
+    if scenario == "hotlist":
+        users = [f"u{i}" for i in range(10)]
+        log = Log(rng, users, 2)
+        for _ in range(rng.randint(6, 12)):
+            log.graph_event(["u0"], users, unfollow=0.1)
+        setup = len(log.events)
+        for _ in range(rng.randint(8, 14)):
+            log.graph_event(["u0", "u0", "u0", "u1"], users, unfollow=0.3)
+        lists = _graph_lists(users)
+        warm = [("following", "u0"), *(i for i in lists if rng.random() < 0.5)]
+        return Workload(
+            log, setup, lists, warm, crash=0.05, zombie=0.5, evictions=(3, 8), restart=0.1
+        )
+    if scenario == "removal":
+        # One victim, followed and following on both partitions around its removal; its
+        # edges are mostly new ones (an edge that exists is stamped by the removal instead).
+        users = [f"u{i}" for i in range(6)]
+        victim, others = users[0], users[1:]
+        elsewhere = [u for u in others if log_partition(users, u) != log_partition(users, victim)]
+        log = Log(rng, users, 2)
+        for _ in range(rng.randint(2, 5)):
+            log.graph_event(users, users, unfollow=0.2)
+        setup = len(log.events)
+        removals = set(rng.sample(range(5), rng.randint(1, 2)))
+        for i in range(rng.randint(4, 7)):
+            other = rng.choice(elsewhere if rng.random() < 0.8 else others)
+            if i in removals:
+                log.add("removed", victim)
+            elif rng.random() < 0.65:
+                # Mostly the victim following users of the other partition: a follow keyed to
+                # the victim's own partition is ordered with its removal and cannot race it.
+                pair = (victim, other) if rng.random() < 0.7 else (other, victim)
+                log.add("unfollow" if rng.random() < 0.2 else "follow", *pair)
+            else:
+                log.graph_event(others, others, unfollow=0.3)
+        lists = _graph_lists(users)
+        warm = [i for i in lists if rng.random() < 0.75]
+        return Workload(log, setup, lists, warm, crash=0.3, replay=0.2, zombie=0.2)
+    users = [f"u{i}" for i in range(4)]
+    log = Log(rng, users, 2)
+    for _ in range(rng.randint(3, 6)):
+        log.graph_event(users, users, unfollow=0.2)
+    setup = len(log.events)
+    for _ in range(rng.randint(6, 10)):
+        log.graph_event(users, users, unfollow=0.3, removal=0.05)
+    lists = _graph_lists(users)
+    warm = [i for i in lists if rng.random() < 0.75]
+    return Workload(log, setup, lists, warm, crash=0.1, replay=0.4, zombie=0.4, evictions=(1, 4))
+
+
+# -- actors --------------------------------------------------------------------------------------
+
+
+class Actors:
+    """Builds the actors of one schedule. Each is a function run in its own thread that makes
+    its own ``Process`` (its own store connection and list objects, like a separate consumer
+    process) and then does its part, every cache or store call being a yield point."""
+
+    def __init__(
+        self, world: adapter.World, sched: Scheduler, rng: random.Random, run: Schedule
+    ) -> None:
+        self.world = world
+        self.sched = sched
+        self.rng = rng
+        self.run = run
+
+    def spawn(
+        self,
+        name: str,
+        body: Callable[[adapter.Process], None],
+        wake_at: int = 0,
+        patience: int = 0,
+    ) -> None:
+        seed = self.rng.getrandbits(32)
+        world = self.world
+
+        def main() -> None:
+            proc = world.process(seed)
+            try:
+                body(proc)
+            finally:
+                proc.close()
+
+        self.sched.spawn(name, main, wake_at, patience)
+        self.run.actors.append(f"{name}@{wake_at}" if wake_at else name)
+
+    def writer(
+        self,
+        name: str,
+        batches: list[list[Event]],
+        crash: float,
+        twice: float,
+        wake_at: int = 0,
+    ) -> None:
+        """A graph consumer on one partition (or a fan-out consumer): batches in order,
+        some delivered twice, some crashing after the store step and then delivered again;
+        a transient error retries the batch, as the consume loop does."""
+        modes = [
+            "crash" if r < crash else "twice" if r < crash + twice else "once"
+            for r in (self.rng.random() for _ in batches)
+        ]
+
+        def body(proc: adapter.Process) -> None:
+            for batch, mode in zip(batches, modes, strict=True):
+                if mode == "crash" and any(e.kind != "post" for e in batch):
+                    self.sched.note("crash-after-store", (" ".join(map(str, batch)),))
+                    proc.apply_store_only(batch)
+                for _ in range(2 if mode == "twice" else 1):
+                    self._deliver(proc, batch)
+
+        self.spawn(name, body, wake_at)
+
+    def _deliver(self, proc: adapter.Process, batch: list[Event]) -> None:
+        self.sched.note("batch", (" ".join(map(str, batch)),))
+        for attempt in range(WRITER_ATTEMPTS):
+            try:
+                proc.apply(batch)
+                return
+            except Exception as exc:
+                if not adapter.is_transient(exc) or attempt == WRITER_ATTEMPTS - 1:
+                    raise
+
+    def reader(self, name: str, reads: list[tuple[int, list[ListId]]]) -> None:
+        """Reads lists (rebuilding absent ones, compacting dirty ones) at the given steps."""
+
+        def body(proc: adapter.Process) -> None:
+            for at, ids in reads:
+                self.sched.idle_until(at)
+                self.sched.note("read", tuple(f"{k}:{u}" for k, u in ids))
+                proc.read(ids)
+
+        self.spawn(name, body, reads[0][0])
+
+    def invalidator(self, ops: list[tuple[int, bool, list[ListId]]]) -> None:
+        """``fanout rebuild-cache`` (force rebuild) or a bare invalidation of a few lists."""
+
+        def body(proc: adapter.Process) -> None:
+            for at, rebuild, ids in ops:
+                self.sched.idle_until(at)
+                name = "rebuild" if rebuild else "invalidate"
+                self.sched.note(name, tuple(f"{k}:{u}" for k, u in ids))
+                (proc.rebuild if rebuild else proc.invalidate)(ids)
+
+        self.spawn("invalidator", body, ops[0][0])
+
+    def evictor(self, times: list[int]) -> None:
+        """DELETEs a key the proxy has seen written, as memcached's LRU would. Mostly a key of
+        the users the previous step touched (contended data, where an eviction can meet a
+        race), recent keys first (work in flight: a lease, a new shard); now and then any."""
+        rng = random.Random(self.rng.getrandbits(32))
+
+        def pick(keys: list[bytes], focus: frozenset[str] | None) -> bytes:  # recent first
+            if focus is not None and rng.random() < 0.7:
+                near = [k for k in keys if self._meets(k, focus)]
+                keys = near or keys
+            if rng.random() < 0.2:
+                return rng.choice(keys)
+            return keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]
+
+        def body(proc: adapter.Process) -> None:
+            for at in times:
+                self.sched.idle_until(at)
+                step = self.sched.pause("fault.evict")
+                before = self.sched.previous
+                focus = adapter.footprint(before.call, before.args) if before else None
+                key = self.world.evict(functools.partial(pick, focus=focus))
+                if step is not None:
+                    step.args, step.done = (key,), True
+
+        self.spawn("evictor", body, times[0])
+
+    @staticmethod
+    def _meets(key: bytes, focus: frozenset[str]) -> bool:
+        owners = adapter.footprint("cache.delete_many", ([key],))
+        return owners is not None and bool(owners & focus)
+
+    def lease_clock(self, times: list[int]) -> None:
+        """Makes every rebuild lease in the cache expire, as if its rebuild had outlived the
+        lease TTL (a slow rebuild, a stalled process). An opportunist: it waits for a moment
+        when a lease matters (under ``conflict``; else it strikes whenever chosen)."""
+
+        def body(proc: adapter.Process) -> None:
+            for at in times:
+                self.sched.idle_until(at)
+                step = self.sched.pause("fault.lease-expiry")
+                expired = self.world.expire_leases()
+                if step is not None:
+                    step.args, step.done = (expired,), True
+
+        self.spawn("leaseclock", body, times[0], patience=10**6)
+
+    def restarter(self, at: int, half: int) -> None:
+        def body(proc: adapter.Process) -> None:
+            step = self.sched.pause("fault.restart", (half,))
+            lost = self.world.restart(half)
+            if step is not None:
+                step.result, step.done = lost, True
+
+        self.spawn("restart", body, at)
+
+
+def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
+    """The actors of one schedule, drawn from its workload."""
+    log, horizon = load.log, load.horizon
+    writers: dict[int, list[list[Event]]] = {}
+    for p in range(log.partitions):
+        mine = [e for e in load.live if e.partition == p and e.kind != "post"]
+        if mine:
+            writers[p] = _batches(rng, mine)
+            actors.writer(f"graph{p}", writers[p], load.crash, load.twice)
+    posts = [e for e in load.live if e.kind == "post"]
+    if posts:
+        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice)
+    if writers and rng.random() < load.zombie:  # still applying the batches it had
+        p = rng.choice(sorted(writers))
+        batches = writers[p][rng.randrange(len(writers[p])) :]
+        actors.writer("zombie", batches, 0.0, 0.0, wake_at=rng.randrange(horizon // 4))
+    if rng.random() < load.replay:  # from an old offset to somewhere in the live part
+        p = rng.randrange(log.partitions)
+        part = [e for e in log.events if e.partition == p and e.kind != "post"]
+        old = sum(1 for e in part if e not in load.live)
+        if len(part) >= 2:
+            start = rng.randrange(min(old + 1, len(part) - 1))
+            end = rng.randint(start + 2, len(part))
+            replayed = _batches(rng, part[start:end])
+            actors.writer("replay", replayed, 0.0, 0.0, wake_at=rng.randrange(horizon // 3))
+    hot = load.hot()
+    timelines = [("timeline", u) for u in load.timeline_readers]
+    for i in range(load.readers):
+        reads = []
+        if i == 0:  # a poller: the same few hot lists again and again, as a fan-out reads
+            # its authors' follower lists and a home page its timeline
+            ids = rng.sample(hot, min(len(hot), rng.randint(1, 2)))
+            ids += [t for t in rng.sample(timelines, min(1, len(timelines))) if t not in ids]
+            reads = [(rng.randrange(horizon), ids) for _ in range(rng.randint(5, 10))]
+        for _ in range(rng.randint(2, 5) if i else 0):  # a browser: anything, now and then
+            pool = hot if rng.random() < 0.7 else load.lists
+            ids = rng.sample(pool, min(len(pool), rng.randint(1, 3)))
+            ids += [t for t in timelines if rng.random() < 0.5]
+            reads.append((rng.randrange(horizon), ids))
+        actors.reader(f"reader{i}", sorted(reads))
+    if rng.random() < load.invalidate:
+        ops = [
+            (rng.randrange(horizon), rng.random() < 0.5, rng.sample(hot, min(2, len(hot))))
+            for _ in range(rng.randint(1, 2))
+        ]
+        actors.invalidator(sorted(ops))
+    low, high = load.evictions
+    if rng.random() < 0.75:
+        actors.evictor(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(low, high))))
+    if rng.random() < load.restart:
+        actors.restarter(rng.randrange(5, horizon), rng.randrange(2))
+    if rng.random() < load.lease_expiry:
+        actors.lease_clock(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(1, 4))))
+
+
+# -- one schedule --------------------------------------------------------------------------------
+
+
+def run_schedule(
+    cluster: MemcacheCluster,
+    workdir: Path,
+    scenario: str,
+    seed: int,
+    strategy: str | None = None,
+    crashes: bool = True,
+) -> Schedule:
+    """Draw, run and check one schedule. Deterministic in (scenario, seed, strategy,
+    crashes); ``crashes=False`` leaves out crashes between a batch's store and list steps
+    (the one fault that breaks a list even without concurrency)."""
+    rng = random.Random(f"{scenario}:{seed}")  # str seeds hash with sha512: stable everywhere
+    knobs = adapter.Knobs(
+        # Hot lists get tiny shards (a few tokens each) so that rollovers race each other.
+        shard_bytes=rng.choice([16, 24, 32] if scenario == "hotlist" else [64, 96, 128]),
+        dirty_min=rng.choice([2, 3, 4]),
+        dirty_ratio=rng.choice([0.3, 0.5]),
+        compact_write_prob=rng.choice([0.0, 0.1, 0.2]),
+    )
+    run = Schedule(scenario, seed, knobs)
+    load = workload(scenario, rng)
+    if not crashes:
+        load.crash = 0.0
+    run.events, run.setup = load.log.events, load.setup
+    db = workdir / f"{scenario}-{seed}.db"
+    for stale in workdir.glob(f"{db.name}*"):
+        stale.unlink()
+    world = adapter.World(cluster, db, f"x{seed}", knobs, rng.getrandbits(32))
+    sched = Scheduler(
+        random.Random(rng.getrandbits(64)),
+        strategy=strategy,
+        is_read=adapter.is_read,
+        is_write=adapter.is_write,
+        footprint=world.footprint,
+    )
+    run.strategy = sched.strategy
+    with world.scheduled(sched):
+        setup = world.process(seed=1, scheduled=False)
+        try:
+            for batch in _batches(rng, run.events[: run.setup]):
+                setup.apply(batch)
+            setup.read(load.warm)
+        finally:
+            setup.close()
+        plan(load, Actors(world, sched, rng, run), rng)
+        try:
+            sched.run()
+        except Hang as exc:
+            run.failures.append(Failure("hang", None, "", str(exc)))
+        run.steps = sched.steps
+        run.trace = [f"{s.index:4} {s.actor:<11} {world.describe(s)}" for s in sched.steps]
+        if sched.aborted and not run.failures:
+            run.failures.append(Failure("step_limit", None, "", f"{len(sched.steps)} steps"))
+        for name, error in sched.errors():
+            if not isinstance(error, Aborted):
+                detail = f"{name}: {type(error).__name__}: {error}"
+                run.failures.append(Failure("actor_error", None, "", detail))
+        if not run.failures:
+            run.failures += check(world, load, run)
+        else:  # a stuck or crashed actor: the forensics may still name the mechanism
+            run.failures = [
+                Failure(f.kind, f.list_id, f.member, f.detail, world.suspect(run.steps, [], f))
+                for f in run.failures
+            ]
+    return run
+
+
+def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
+    """After quiescence: one read of every list equals the store; the store equals the model."""
+    failures: list[Failure] = []
+    for list_id, cached, stored in world.observe(load.lists):
+        family = "timeline" if list_id[0] == "timeline" else "list"
+        for member in sorted(cached - stored):
+            failures.append(Failure(f"{family}_extra", list_id, member, "cached, not in store"))
+        for member in sorted(stored - cached):
+            failures.append(Failure(f"{family}_missing", list_id, member, "in store, not cached"))
+    model = GraphModel(run.events)
+    for list_id, stored in world.stored(load.lists).items():
+        expected = model.members(list_id)
+        for member in sorted(stored ^ expected):
+            detail = "store active, events say inactive" if member in stored else "store lacks"
+            failures.append(Failure("store_vs_model", list_id, member, detail))
+    return [
+        Failure(f.kind, f.list_id, f.member, f.detail, world.suspect(run.steps, run.events, f))
+        for f in failures
+    ]
+
+
+# -- many schedules ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Report:
+    runs: int = 0
+    failed: list[Schedule] = field(default_factory=list)
+    kinds: Counter[str] = field(default_factory=Counter)
+    suspects: Counter[str] = field(default_factory=Counter)
+    first: dict[str, tuple[str, int]] = field(default_factory=dict)  # suspect: (seed, runs)
+    per_scenario: Counter[str] = field(default_factory=Counter)
+    failed_per_scenario: Counter[str] = field(default_factory=Counter)
+
+    def add(self, run: Schedule) -> None:
+        self.runs += 1
+        self.per_scenario[run.scenario] += 1
+        if not run.failures:
+            return
+        self.failed.append(run)
+        self.failed_per_scenario[run.scenario] += 1
+        self.kinds.update({f.kind for f in run.failures})
+        suspects = {f.suspect or "?" for f in run.failures}
+        self.suspects.update(suspects)
+        for suspect in suspects:
+            self.first.setdefault(suspect, (run.name, self.runs))
+
+    def summary(self) -> str:
+        kinds = " ".join(f"{k}={n}" for k, n in sorted(self.kinds.items())) or "-"
+        suspects = " ".join(
+            f"{s}={n}(first {self.first[s][0]} after {self.first[s][1]})"
+            for s, n in sorted(self.suspects.items())
+        )
+        scenarios = " ".join(
+            f"{s}={self.failed_per_scenario[s]}/{n}" for s, n in self.per_scenario.items()
+        )
+        return (
+            f"explore: schedules={self.runs} failed={len(self.failed)} ({scenarios})"
+            f" kinds: {kinds} suspects: {suspects or '-'}"
+        )
+
+
+def schedules_per_scenario() -> int:
+    return int(os.environ.get("FANOUT_EXPLORE_SCHEDULES", DEFAULT_SCHEDULES))
+
+
+def explore(
+    cluster: MemcacheCluster,
+    scenarios: Sequence[str] = SCENARIOS,
+    schedules: int | None = None,
+    first_seed: int = 0,
+    on_failure: Callable[[Schedule], None] | None = None,
+) -> Report:
+    """Run ``schedules`` seeds of each scenario, interleaved round-robin so a short run still
+    covers every scenario."""
+    count = schedules_per_scenario() if schedules is None else schedules
+    report = Report()
+    with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
+        for seed in range(first_seed, first_seed + count):
+            for scenario in scenarios:
+                run = run_schedule(cluster, Path(tmp), scenario, seed)
+                report.add(run)
+                if run.failures and on_failure is not None:
+                    on_failure(run)
+                for leftover in Path(tmp).glob(f"{scenario}-{seed}.db*"):
+                    leftover.unlink()
+    return report
