@@ -143,9 +143,6 @@ class TokenLists(abc.ABC):
         fencing.invalidate(self.cache, keys)
         self.stats.invalidations += len(keys)
 
-    def rebuild(self, ref: ListRef) -> frozenset[str] | None:
-        return self.rebuild_many([ref])[ref]
-
     def rebuild_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
         """Build absent lists from the store through the fence: the members committed, or None
         where this client did not commit (another client holds the claim, or the claim was
