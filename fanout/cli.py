@@ -18,7 +18,7 @@ from fanout import logs, stack, verify_command, wiring
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
-from graph.timelines import BadCursor, TimelineEntry
+from graph.timelines import BadCursor
 from producers import PublishError, create_topics
 from schemas import EventDecodeError, is_valid_id, validate_event
 
@@ -140,18 +140,16 @@ def cmd_members(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_timeline(args: argparse.Namespace, settings: Settings) -> int:
     (user,) = _ids([args.user])
+    store = wiring.edge_store(settings)
     try:
-        before = None if args.before is None else TimelineEntry.from_cursor(args.before)
+        page = wiring.timeline_reader(settings, store).page(user, args.limit, args.before)
     except BadCursor as exc:
         raise SystemExit(f"--before: {exc}") from None
-    store = wiring.edge_store(settings)
-    entries = wiring.timeline_reader(settings, store).read(user, args.limit, before)
-    following = len(entries) == args.limit
-    cursor = entries[-1].cursor if entries and following else None
+    entries, cursor = page.entries, page.next
     if args.json:
         posts = [{"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in entries]
-        page = {"user": user, "posts": posts, "next": cursor}
-        sys.stdout.write(orjson.dumps(page).decode() + "\n")
+        body = {"user": user, "posts": posts, "next": cursor}
+        sys.stdout.write(orjson.dumps(body).decode() + "\n")
     else:
         for e in entries:
             print(f"{e.ts}  {e.author:<20} {e.post_id}")

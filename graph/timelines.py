@@ -67,6 +67,16 @@ class TimelineEntry:
         return entry
 
 
+@dataclass(frozen=True, slots=True)
+class TimelinePage:
+    """One page of a home timeline, newest first; ``next`` is the cursor of the last entry when
+    an older page exists, ``None`` at the end. The CLI and the HTTP API both serve this."""
+
+    user: str
+    entries: list[TimelineEntry]
+    next: str | None
+
+
 class TimelineSource:
     """What a missing timeline is regenerated from: recent posts of the user's followees."""
 
@@ -88,6 +98,15 @@ class TimelineReader:
         self.follow_lists = follow_lists
         self.timelines = timelines
         self._cap = cap
+
+    def page(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage:
+        """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of
+        ours). One more entry than asked is read to know whether an older page exists."""
+        before = None if cursor is None else TimelineEntry.from_cursor(cursor)
+        entries = self.read(user, limit + 1, before)
+        more = len(entries) > limit
+        entries = entries[:limit]
+        return TimelinePage(user, entries, entries[-1].cursor if more and entries else None)
 
     def read(
         self, user: str, limit: int = 50, before: TimelineEntry | None = None

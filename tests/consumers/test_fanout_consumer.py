@@ -127,10 +127,13 @@ def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flus
         ],
         "next": expected["u3"][2].cursor,
     }
-    after = run_cli(settings, "timeline", "u3", "--json", "--before", page["next"])
-    assert [(p["author"], p["post_id"]) for p in orjson.loads(after.stdout)["posts"]] == [
+    after = orjson.loads(
+        run_cli(settings, "timeline", "u3", "--json", "--before", page["next"]).stdout
+    )
+    assert [(p["author"], p["post_id"]) for p in after["posts"]] == [
         (e.author, e.post_id) for e in expected["u3"][3:]
     ]
+    assert after["next"] is None  # the last page says so
 
 
 def test_a_big_post_reaches_every_follower_exactly_once_with_two_consumers(
