@@ -28,6 +28,8 @@ from graph.sqlite_edges import SqliteEdgeStore  # noqa: E402
 from producers import create_topics  # noqa: E402
 from schemas import Topics  # noqa: E402
 
+pytest_plugins = ["tests.fault.report"]
+
 
 @pytest.fixture
 def restored_gc() -> Iterator[None]:

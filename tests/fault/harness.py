@@ -23,13 +23,11 @@ from graph.timelines import TimelineEntry
 from producers import EventPublisher
 from tests.conftest import settings_env
 
-FIGURES: dict[str, dict[str, Any]] = {}  # per scenario, written to the report
-TOTALS: Counter[str] = Counter()
-
 
 def record(figures: dict[str, Any], counts: Counter[str] | dict[str, int]) -> None:
-    figures.update(counts)
-    TOTALS.update(counts)
+    """Adds a scenario's counts to its figures (tests/fault/report.py sums them over scenarios)."""
+    for key, value in counts.items():
+        figures[key] = figures.get(key, 0) + value
 
 
 SIZE = int(os.environ.get("FANOUT_FAULT_EVENTS", "2000"))
