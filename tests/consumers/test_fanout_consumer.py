@@ -136,6 +136,53 @@ def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flus
     assert after["next"] is None  # the last page says so
 
 
+def test_a_celebrity_stays_one_so_its_posts_reach_cached_timelines_after_it_shrinks(
+    settings: Settings,
+) -> None:
+    """Celebrity status is sticky: a post skipped by the fan-out while its author was a
+    celebrity lives only in the store, so readers must keep merging that author's posts even
+    after unfollows take it under the threshold, or cached timelines would lose it."""
+    settings = settings.model_copy(update={"celebrity_threshold": 3})
+    fans = [f"fan{i}" for i in range(5)]
+    with wiring.publisher(settings) as publisher:
+        for fan in fans:
+            publisher.publish({"type": "follow", "follower": fan, "followee": "star"})
+        for fan in fans[:3]:  # 3 followers: not above the threshold
+            publisher.publish({"type": "follow", "follower": fan, "followee": "plain"})
+    consume(settings, "graph")
+    store = wiring.edge_store(settings)
+    reader = wiring.timeline_reader(settings, store)
+    refs = [ListRef(ListKind.TIMELINE, fan) for fan in fans]
+    reader.timelines.read_many(refs)  # cached: deliveries append to them
+
+    def post(author: str, post_id: str) -> TimelineEntry:
+        with wiring.publisher(settings) as publisher:
+            sent = publisher.publish({"type": "post", "author": author, "post_id": post_id})
+        assert sent.ts is not None
+        consume(settings, "fanout")
+        return TimelineEntry(sent.ts, author, post_id)
+
+    first = post("star", "s1")  # 5 followers > 3: a celebrity, not fanned out
+    assert store.celebrities() == {"star"}
+    with wiring.publisher(settings) as publisher:
+        for fan in fans[2:]:
+            publisher.publish({"type": "unfollow", "follower": fan, "followee": "star"})
+    consume(settings, "graph")  # star: 2 followers now, under the threshold
+    second = post("star", "s2")  # fanned out again (and still merged: one entry per post)
+    third = post("plain", "q1")
+    assert store.celebrities() == {"star"}
+
+    cached = reader.timelines.cached_many(refs[:2])  # fan0, fan1: followed nothing new
+    assert set(cached) == set(refs[:2])
+    for members in cached.values():
+        assert members == {second.member, third.member}  # s1 lives only in the store
+    expected = [[third, second, first]] * 2 + [[third], [], []]
+    assert [reader.read(fan) for fan in fans] == expected
+    reader.timelines.cache.flush_all()  # regenerated from the store: the same answers
+    assert [reader.read(fan) for fan in fans] == expected
+    store.close()
+
+
 def test_a_big_post_reaches_every_follower_exactly_once_with_two_consumers(
     settings: Settings,
 ) -> None:
