@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -32,6 +32,12 @@ class ApiSettings(BaseSettings):
     ready_timeout_s: float = Field(
         2.0, gt=0, le=60, description="/readyz gives each dependency this long to answer"
     )
+
+    @field_validator("jwt_secret", "jwt_public_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """``FANOUT_API_JWT_SECRET=`` (compose's ``${VAR:-}``) means no key, not an empty one."""
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _one_key(self) -> Self:
