@@ -13,6 +13,7 @@ COPY schemas ./schemas
 COPY graph ./graph
 COPY producers ./producers
 COPY consumers ./consumers
+COPY api ./api
 COPY fanout ./fanout
 RUN pip install . \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin fanout

@@ -184,6 +184,15 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo(settings, args.users, args.events, args.posts, console)
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from fanout.serve_command import check_config, run_serve
+
+    if refused := check_config(args.host):
+        err_console.print(f"[red]serve:[/red] {refused}")
+        return 2
+    return run_serve(args.host, args.port, args.workers, args.verbose)
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from bench.__main__ import main as bench_main
 
@@ -266,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default="bench/results")
     p.set_defaults(run=cmd_bench)
+
+    p = sub.add_parser("serve", help="the HTTP API (README: HTTP API)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workers", type=int, default=1)
+    p.set_defaults(run=cmd_serve)
 
     p = sub.add_parser("demo", help="the main job on the local stack")
     p.add_argument("--users", type=int, default=200)

@@ -281,6 +281,11 @@ class MemcacheCluster:
     def delete_many(self, keys: Iterable[bytes]) -> None:
         self._lines(b"delete", dict.fromkeys(keys, b""))
 
+    def versions(self) -> dict[str, str]:
+        """Every server's version: a readiness probe that touches no key (``CacheUnavailable``
+        names the first server that does not answer)."""
+        return {s: self._call(s, "version").decode("ascii", "replace") for s in self._clients}
+
     def flush_all(self) -> None:
         for server in self._clients:
             self._call(server, "flush_all", 0, False)

@@ -126,6 +126,11 @@ class EdgeStore(Protocol):
         """Every user with at least one active edge, in either direction."""
         ...
 
+    def known_users(self, users: Collection[str]) -> set[str]:
+        """Those of ``users`` the graph knows (see ``known``): what tells an unknown user
+        (404) from a known one with nothing yet (an empty list) at the read API."""
+        ...
+
     def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
         """Idempotent: storing a post again changes nothing. Returns each post's stored time
         by ``(author, post_id)``: the first one stored wins, so a post published twice with a
@@ -145,6 +150,14 @@ class EdgeStore(Protocol):
     def all_members(self, ref: ListRef) -> list[str]: ...
 
     def close(self) -> None: ...
+
+
+def known(active: set[str], seen: set[str], removed: set[str]) -> set[str]:
+    """The rule both stores apply: a user is known when it has an active edge (either
+    direction), or when it is not removed and appears in any edge (active or not) or has a
+    post. A removed user is unknown until a follow newer than its removal makes it active
+    again (its old, switched-off edges and its posts do not count)."""
+    return active | (seen - removed)
 
 
 class StoreQueries(abc.ABC):

@@ -28,6 +28,7 @@ from graph.edges import (
     PostRecord,
     RemovedUser,
     StoreQueries,
+    known,
     newest_first,
     prepare,
 )
@@ -217,6 +218,24 @@ class MongoEdgeStore(StoreQueries):
         names = set(self._followers.distinct("_f", {"a": True}))
         names.update(self._followers.distinct("_t", {"a": True}))
         yield from sorted(names)
+
+    def known_users(self, users: Iterable[str]) -> set[str]:
+        """Distinct over index prefixes: ``(_f, a, ...)`` on both edge collections (or the
+        reverse index), ``(a, ts)`` on posts, and ``_id`` on users."""
+        wanted = {"$in": sorted(users)}
+        if not wanted["$in"]:
+            return set()
+        following_key = "_t" if self._mode == "index" else "_f"
+
+        def holders(collection: Collection[Any], key: str, query: dict[str, Any]) -> set[str]:
+            return set(collection.distinct(key, {key: wanted, **query}))
+
+        active = holders(self._followers, "_f", {"a": True})
+        active |= holders(self._following, following_key, {"a": True})
+        seen = holders(self._followers, "_f", {}) | holders(self._following, following_key, {})
+        seen |= holders(self._posts, "a", {})
+        removed = holders(self._users, "_id", {"removed": {"$exists": True}})
+        return known(active, seen, removed)
 
     def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
         ops = [

@@ -20,6 +20,7 @@ from graph.edges import (
     PostRecord,
     RemovedUser,
     StoreQueries,
+    known,
     newest_first,
     prepare,
 )
@@ -215,6 +216,34 @@ class SqliteEdgeStore(StoreQueries):
                 "SELECT follower FROM edges WHERE active = 1 ORDER BY 1"
             )
         )
+
+    def known_users(self, users: Collection[str]) -> set[str]:
+        """Short-circuiting EXISTS per user, each on an index prefix (edges' primary key, the
+        following index, posts' primary key, users' primary key)."""
+        active: set[str] = set()
+        seen: set[str] = set()
+        removed: set[str] = set()
+        for chunk in _chunks(sorted(users)):
+            values = ",".join(["(?)"] * len(chunk))
+            rows = self._db.execute(
+                "SELECT v.column1,"
+                " EXISTS (SELECT 1 FROM edges WHERE followee = v.column1 AND active = 1)"
+                " OR EXISTS (SELECT 1 FROM edges WHERE follower = v.column1 AND active = 1),"
+                " EXISTS (SELECT 1 FROM edges WHERE followee = v.column1)"
+                " OR EXISTS (SELECT 1 FROM edges WHERE follower = v.column1)"
+                " OR EXISTS (SELECT 1 FROM posts WHERE author = v.column1),"
+                " EXISTS (SELECT 1 FROM users WHERE id = v.column1)"
+                f" FROM (VALUES {values}) AS v",
+                chunk,
+            )
+            for user, is_active, is_seen, is_removed in rows:
+                if is_active:
+                    active.add(user)
+                if is_seen:
+                    seen.add(user)
+                if is_removed:
+                    removed.add(user)
+        return known(active, seen, removed)
 
     def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
         with self._db:

@@ -102,6 +102,11 @@ class EventPublisher:
     def _admit(self, event: AnyEvent) -> AnyEvent:
         return admit(event, APP_TYPES, "apps")
 
+    def check_brokers(self, timeout: float) -> int:
+        """The number of brokers the cluster reports, read from a metadata request: a
+        readiness probe. Raises ``KafkaException`` when no broker answers within ``timeout``."""
+        return len(self._producer.list_topics(timeout=timeout).brokers)
+
     def flush(self, timeout: float = 30.0) -> DeliveryReport:
         """Wait for every queued event and return what happened since the last flush."""
         self._producer.flush(timeout)

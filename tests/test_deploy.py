@@ -7,10 +7,12 @@ from typing import Any
 
 import yaml
 
+from api.settings import ApiSettings
 from fanout.settings import Settings
 
 ROOT = Path(__file__).parents[1]
 SETTINGS = {f"FANOUT_{name.upper()}" for name in Settings.model_fields}
+API_SETTINGS = {f"FANOUT_API_{name.upper()}" for name in ApiSettings.model_fields}
 
 
 def compose() -> dict[str, Any]:
@@ -28,6 +30,7 @@ def test_services_and_images() -> None:
         "topics",
         "graph-consumer",
         "fanout-consumer",
+        "api",
     }
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert "controller" in services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft
@@ -74,6 +77,23 @@ def test_environment_is_wired_to_real_settings_and_services() -> None:
         Settings(**{k.removeprefix("FANOUT_").lower(): v for k, v in env.items()})  # valid
 
 
+def test_the_api_is_replicated_ready_checked_and_never_open() -> None:
+    svc = compose()["services"]["api"]
+    assert svc["deploy"]["replicas"] == 2 and svc["init"] is True
+    assert "/readyz" in " ".join(svc["healthcheck"]["test"])
+    command = svc["command"]
+    assert command[command.index("serve") :][:3] == ["serve", "--host", "0.0.0.0"]
+    env = svc["environment"]
+    assert set(env) <= SETTINGS | API_SETTINGS, set(env) - SETTINGS - API_SETTINGS
+    # Listening beyond loopback, so a key must come from the operator's environment.
+    assert env["FANOUT_API_JWT_SECRET"] == "${FANOUT_API_JWT_SECRET:-}"
+    assert {k: v for k, v in env.items() if k in SETTINGS} == compose()["x-fanout-env"]
+    assert ApiSettings(jwt_secret="", jwt_public_key="").auth_configured is False
+    conditions = {dep: spec["condition"] for dep, spec in svc["depends_on"].items()}
+    assert conditions["topics"] == "service_completed_successfully"
+    assert all(conditions[d] == "service_healthy" for d in ("mongo", "memcached-a", "memcached-b"))
+
+
 def test_dockerfile_runs_fanout_as_a_non_root_user() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     base = next(line for line in lines if line.startswith("FROM "))
@@ -81,5 +101,5 @@ def test_dockerfile_runs_fanout_as_a_non_root_user() -> None:
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
     assert 'ENTRYPOINT ["fanout"]' in lines
     copied = {line.split()[1] for line in lines if line.startswith("COPY ")}
-    for package in ("schemas", "graph", "producers", "consumers", "fanout"):
+    for package in ("schemas", "graph", "producers", "consumers", "api", "fanout"):
         assert package in copied

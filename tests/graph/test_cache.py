@@ -213,3 +213,10 @@ def test_reads_take_values_by_length_whatever_bytes_they_hold(cache: MemcacheClu
     found = cache.gets_many(keys)
     assert {k: item.value for k, item in found.items()} == tricky
     assert cache.cas(b"crlf", b"new", found[b"crlf"].cas) is STORED
+
+
+def test_versions_probe_every_server_and_name_the_one_down(cache: MemcacheCluster) -> None:
+    assert len(cache.versions()) == 2 and all(v for v in cache.versions().values())
+    down = MemcacheCluster([("127.0.0.1", free_port())], timeout=0.5)
+    with pytest.raises(CacheUnavailable, match=r"memcached 127\.0\.0\.1:"):
+        down.versions()

@@ -125,6 +125,21 @@ def test_remove_user_removes_both_directions_and_blocks_older_follows(
     assert "u" in set(edge_store.users()) and "b" not in set(edge_store.users())
 
 
+def test_known_users_tells_unknown_from_empty(edge_store: EdgeStore) -> None:
+    edge_store.apply([follow("a", "b", 1), follow("c", "d", 2), unfollow("c", "d", 3)])
+    edge_store.store_posts([PostRecord("poster", "p1", 5)])
+    edge_store.apply([follow("r", "a", 4), follow("gone", "a", 4)])
+    edge_store.store_posts([PostRecord("gone", "p2", 5)])
+    edge_store.remove_user("r", 10)
+    edge_store.remove_user("gone", 10)
+    edge_store.apply([follow("r", "b", 11)])  # back after the removal
+    everyone = ["a", "b", "c", "d", "poster", "r", "gone", "stranger"]
+    # Inactive edges and posts count; a removed user counts again only once re-activated.
+    assert edge_store.known_users(everyone) == {"a", "b", "c", "d", "poster", "r"}
+    assert edge_store.known_users([]) == set()
+    assert edge_store.known_users(["stranger"]) == set()
+
+
 def test_followers_query_is_covered_on_real_mongodb(edge_store: EdgeStore) -> None:
     from graph.mongo_edges import MongoEdgeStore
 

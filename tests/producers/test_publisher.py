@@ -97,3 +97,14 @@ def test_the_internal_publisher_sends_tasks_and_nothing_else(settings: Settings)
         tasks.publish(FORGED_TASK)
     (message,) = read_topic(settings.kafka, settings.topics.fanout_tasks, 1)
     assert decode_event(message.value()).type == "fanout_task"
+
+
+def test_check_brokers_answers_from_a_live_broker_and_raises_without_one(
+    settings: Settings,
+) -> None:
+    from confluent_kafka import KafkaException
+
+    assert EventPublisher(settings.kafka, settings.topics).check_brokers(5.0) >= 1
+    dead = EventPublisher(f"127.0.0.1:{free_port()}", settings.topics)
+    with pytest.raises(KafkaException):
+        dead.check_brokers(0.5)

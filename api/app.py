@@ -1,0 +1,53 @@
+"""``create_app``: the ASGI application, from the API's settings and a way to open one thread's
+backends (the CLI's is fanout/serve_command.py, which wires them from the stack's settings).
+
+Middleware, outermost first: metrics (sees every status sent), the catch-all that turns any
+unhandled exception into a problem response (503 for a transient backend failure), then
+Starlette's handlers for ``Problem`` and its own HTTP errors, then the router.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+
+from api.auth import Guard, TokenVerifier
+from api.backends import BackendPool, Backends
+from api.context import ApiContext
+from api.metrics import ApiMetrics, MetricsMiddleware
+from api.openapi import document
+from api.problems import CatchAll, Problem, on_http_error, on_problem
+from api.routes import ROUTES
+from api.settings import ApiSettings
+from schemas.json_schema import render
+
+
+def create_app(settings: ApiSettings, open_backends: Callable[[], Backends]) -> Starlette:
+    """Raises ``AuthConfigError`` when the configured key cannot verify tokens. Backend threads
+    start with the app and stop (closing their connections) when its lifespan ends."""
+    metrics = ApiMetrics()
+    pool = BackendPool(open_backends, settings.threads)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            pool.close()
+
+    app = Starlette(
+        routes=[route.route() for route in ROUTES],
+        middleware=[
+            Middleware(MetricsMiddleware, metrics=metrics),
+            Middleware(CatchAll, retry_after_s=settings.retry_after_s),
+        ],
+        exception_handlers={Problem: on_problem, HTTPException: on_http_error},
+        lifespan=lifespan,
+    )
+    guard = Guard(TokenVerifier.from_settings(settings), settings.private_lists)
+    app.state.api = ApiContext(pool, guard, settings, metrics, render(document()))
+    return app

@@ -1,0 +1,147 @@
+"""Bearer tokens (JWT, checked with PyJWT) and who may do what.
+
+Keys come from settings: an HS256 secret, or a PEM public key whose type picks the one
+algorithm accepted (RSA: RS256, EC P-256: ES256); a token signed any other way, ``none``
+included, is refused. Claims: ``sub`` (the user id) and ``scope`` (space-separated).
+
+Rules: a home timeline is served to its owner or to a token with ``fanout:read-all``; follower
+and following lists are public unless ``FANOUT_API_PRIVATE_LISTS`` (then any valid token);
+``POST /v1/events`` needs ``fanout:publish``, and such a token may publish only events whose
+actor (the follower, the author, the removed user) is its ``sub``, unless it also has
+``fanout:publish-all`` (an app's backend publishing for its users). Without a key configured
+the API is open (``fanout serve`` then refuses non-loopback addresses).
+
+Tokens never reach a log or a response: nothing here formats one, and PyJWT's errors do not
+carry the token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from starlette.requests import Request
+
+from api.problems import Problem
+from api.settings import ApiSettings
+from schemas import AnyEvent, FanoutTask, Follow, Post, Unfollow, UserRemoved
+
+READ_ALL = "fanout:read-all"
+PUBLISH = "fanout:publish"
+PUBLISH_ALL = "fanout:publish-all"
+
+
+class AuthConfigError(ValueError):
+    """The configured key cannot verify anything (not PEM, an unsupported key type)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    sub: str
+    scopes: frozenset[str]
+
+
+class TokenVerifier:
+    def __init__(
+        self, key: str | rsa.RSAPublicKey | ec.EllipticCurvePublicKey, algorithm: str
+    ) -> None:
+        self._key = key
+        self.algorithm = algorithm
+
+    @classmethod
+    def from_settings(cls, settings: ApiSettings) -> TokenVerifier | None:
+        if settings.jwt_secret is not None:
+            return cls(settings.jwt_secret.get_secret_value(), "HS256")
+        if settings.jwt_public_key is None:
+            return None
+        try:
+            key = load_pem_public_key(settings.jwt_public_key.get_secret_value().encode())
+        except ValueError:
+            raise AuthConfigError("FANOUT_API_JWT_PUBLIC_KEY is not a PEM public key") from None
+        if isinstance(key, rsa.RSAPublicKey):
+            return cls(key, "RS256")
+        if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+            return cls(key, "ES256")
+        raise AuthConfigError("FANOUT_API_JWT_PUBLIC_KEY must be an RSA or EC P-256 public key")
+
+    def verify(self, token: str) -> Principal:
+        try:
+            claims = jwt.decode(
+                token, self._key, algorithms=[self.algorithm], options={"require": ["sub"]}
+            )
+        except jwt.PyJWTError as exc:
+            raise unauthorized(f"invalid token: {exc}", "invalid_token") from None
+        sub, scope = claims["sub"], claims.get("scope", "")
+        if not isinstance(sub, str) or not isinstance(scope, str):
+            raise unauthorized("invalid token: sub and scope must be strings", "invalid_token")
+        return Principal(sub, frozenset(scope.split()))
+
+
+def unauthorized(detail: str, error: str | None = None) -> Problem:
+    challenge = 'Bearer realm="fanout"' + (f', error="{error}"' if error else "")
+    return Problem(
+        401, "unauthorized", "Unauthorized", detail, headers={"WWW-Authenticate": challenge}
+    )
+
+
+def forbidden(detail: str, extra: dict[str, object] | None = None) -> Problem:
+    return Problem(403, "forbidden", "Forbidden", detail, extra=extra or {})
+
+
+def actor(event: AnyEvent) -> str:
+    """Whose action an event is: the one user a user token may publish for."""
+    match event:
+        case Follow() | Unfollow():
+            return event.follower
+        case Post() | FanoutTask():
+            return event.author
+        case UserRemoved():
+            return event.user
+
+
+class Guard:
+    """The rules above, per request. With no verifier every check passes (open mode)."""
+
+    def __init__(self, verifier: TokenVerifier | None, private_lists: bool) -> None:
+        self.verifier = verifier
+        self.private_lists = private_lists
+
+    def principal(self, request: Request) -> Principal | None:
+        """The caller, or None in open mode; 401 when a token is needed and missing or bad."""
+        if self.verifier is None:
+            return None
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise unauthorized("a bearer token is required (Authorization: Bearer <JWT>)")
+        return self.verifier.verify(token.strip())
+
+    def read_timeline(self, request: Request, user: str) -> None:
+        who = self.principal(request)
+        if who is not None and who.sub != user and READ_ALL not in who.scopes:
+            raise forbidden(f"a home timeline is served to its owner or to scope {READ_ALL}")
+
+    def read_lists(self, request: Request) -> None:
+        if self.private_lists:
+            self.principal(request)
+
+    def publisher(self, request: Request) -> Principal | None:
+        """Checked before the body is read: who publishes, with scope ``fanout:publish``."""
+        who = self.principal(request)
+        if who is not None and PUBLISH not in who.scopes:
+            raise forbidden(f"publishing needs scope {PUBLISH}")
+        return who
+
+    @staticmethod
+    def publish_for(who: Principal | None, events: list[AnyEvent]) -> None:
+        """Each event's actor is the token's ``sub``, unless it has ``fanout:publish-all``."""
+        if who is None or PUBLISH_ALL in who.scopes:
+            return
+        foreign = [i for i, e in enumerate(events) if actor(e) != who.sub]
+        if foreign:
+            raise forbidden(
+                f"without scope {PUBLISH_ALL} a token publishes only events whose actor is its "
+                f"sub; events {foreign[:10]} act for other users",
+                {"indexes": foreign},
+            )

@@ -1,0 +1,28 @@
+"""What every route needs, kept on the app's state: the backend threads, the access rules, the
+settings, the metrics and the OpenAPI document. One per app, so several apps can live in one
+process (tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from api.auth import Guard
+from api.backends import BackendPool
+from api.metrics import ApiMetrics
+from api.settings import ApiSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    pool: BackendPool
+    guard: Guard
+    settings: ApiSettings
+    metrics: ApiMetrics
+    openapi: bytes  # the document this app serves (api/openapi.py)
+
+
+def context(request: Request) -> ApiContext:
+    found: ApiContext = request.app.state.api
+    return found

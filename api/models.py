@@ -1,0 +1,76 @@
+"""The response bodies, as pydantic models: they are the schemas of the OpenAPI document, and the
+tests validate real responses against that document, so a route that returns something else
+fails a test. (The routes build their bodies with orjson directly: validating our own output
+on every read would cost more than the read.)"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class TimelinePost(BaseModel):
+    post_id: str
+    author: str
+    ts: int = Field(description="milliseconds since the epoch (the time the store kept)")
+
+
+class TimelinePage(BaseModel):
+    user: str
+    posts: list[TimelinePost] = Field(description="newest first")
+    next: str | None = Field(
+        description="opaque cursor naming the last entry shown; null at the end"
+    )
+
+
+class MemberPage(BaseModel):
+    user: str
+    members: list[str] = Field(description="sorted by id")
+    count: int = Field(description="members in the whole list, not just this page")
+    next: str | None = Field(description="opaque cursor; null at the end")
+
+
+class FollowingAnswer(BaseModel):
+    following: bool
+
+
+class Accepted(BaseModel):
+    event_ids: list[str] = Field(description="in the order sent; acknowledged by the broker")
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Ready(BaseModel):
+    status: str
+    checks: dict[str, str] = Field(description="per dependency: ok, or why not")
+
+
+class FieldErrorBody(BaseModel):
+    field: str = Field(description="parameter name or dotted path in the body")
+    rule: str
+    index: int | None = Field(None, description="which event of a batch")
+
+
+class ProblemBody(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str = Field(description="urn:fanout:problem:KIND")
+    title: str
+    status: int
+    detail: str
+    instance: str
+    errors: list[FieldErrorBody] | None = None
+
+
+MODELS: tuple[type[BaseModel], ...] = (
+    TimelinePost,
+    TimelinePage,
+    MemberPage,
+    FollowingAnswer,
+    Accepted,
+    Health,
+    Ready,
+    FieldErrorBody,
+    ProblemBody,
+)

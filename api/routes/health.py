@@ -1,0 +1,83 @@
+"""``/healthz`` (the process answers) and ``/readyz`` (memcached, the edge store and Kafka all
+answer within ``FANOUT_API_READY_TIMEOUT_S``), for orchestrators: a replica that is alive but
+not ready is taken out of rotation instead of being restarted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api.backends import Backends
+from api.context import context
+from api.problems import unavailable
+from api.routing import ApiRoute, dumps, json_response, problems, responds
+
+PROBE_USER = "readyz"
+
+
+def _memcached(backends: Backends, timeout: float) -> None:
+    backends.lists.cache.versions()
+
+
+def _store(backends: Backends, timeout: float) -> None:
+    backends.store.known_users([PROBE_USER])
+
+
+def _kafka(backends: Backends, timeout: float) -> None:
+    backends.publisher.check_brokers(timeout)
+
+
+PROBES: dict[str, Callable[[Backends, float], None]] = {
+    "memcached": _memcached,
+    "edge_store": _store,
+    "kafka": _kafka,
+}
+
+
+async def healthz(_request: Request) -> Response:
+    return json_response(dumps({"status": "ok"}))
+
+
+async def readyz(request: Request) -> Response:
+    ctx = context(request)
+    timeout = ctx.settings.ready_timeout_s
+
+    async def check(probe: Callable[[Backends, float], None]) -> str:
+        try:
+            await asyncio.wait_for(ctx.pool.run(probe, timeout), timeout)
+        except TimeoutError:
+            return f"no answer within {timeout} s"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+        return "ok"
+
+    outcomes = await asyncio.gather(*(check(probe) for probe in PROBES.values()))
+    checks = dict(zip(PROBES, outcomes, strict=True))
+    if any(outcome != "ok" for outcome in checks.values()):
+        failing = ", ".join(name for name, outcome in checks.items() if outcome != "ok")
+        raise unavailable(ctx.settings.retry_after_s, f"not ready: {failing}", {"checks": checks})
+    return json_response(dumps({"status": "ready", "checks": checks}))
+
+
+def _operation(operation_id: str, summary: str, model: str, ready: bool) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        "security": [],
+        "responses": {**responds(200, model, summary), **(problems(503) if ready else {})},
+    }
+
+
+ROUTES = (
+    ApiRoute("/healthz", "GET", healthz, _operation("healthz", "alive", "Health", False)),
+    ApiRoute(
+        "/readyz",
+        "GET",
+        readyz,
+        _operation("readyz", "memcached, the edge store and Kafka answer", "Ready", True),
+    ),
+)

@@ -1,0 +1,60 @@
+"""``GET /v1/timelines/{user}``: a page of a home timeline, through the same
+``TimelineReader.page`` as ``fanout timeline``."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api import params
+from api.backends import Backends
+from api.context import context
+from api.problems import invalid
+from api.routes.known import require_known
+from api.routing import ApiRoute, dumps, json_response, problems, responds
+from graph.timelines import BadCursor
+
+DEFAULT_LIMIT = 50
+
+
+def read_page(backends: Backends, user: str, limit: int, cursor: str | None) -> bytes:
+    try:
+        page = backends.timelines.page(user, limit, cursor)
+    except BadCursor:
+        raise invalid("cursor", "the `next` of a previous page of this timeline") from None
+    if not page.entries:
+        require_known(backends, [("user", user)])
+    posts = [{"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in page.entries]
+    return dumps({"user": user, "posts": posts, "next": page.next})
+
+
+async def timeline(request: Request) -> Response:
+    ctx = context(request)
+    user = params.user_id(request, "user")
+    ctx.guard.read_timeline(request, user)
+    limit = params.limit(request, DEFAULT_LIMIT)
+    cursor = params.cursor(request)
+    return json_response(await ctx.pool.run(read_page, user, limit, cursor))
+
+
+ROUTES = (
+    ApiRoute(
+        "/v1/timelines/{user}",
+        "GET",
+        timeline,
+        {
+            "operationId": "getTimeline",
+            "summary": "A page of a user's home timeline, newest first",
+            "description": "Served to its owner (sub) or a token with scope fanout:read-all.",
+            "parameters": [
+                params.user_param("user", "the timeline's owner"),
+                params.limit_param(DEFAULT_LIMIT),
+                params.CURSOR_PARAM,
+            ],
+            "responses": {
+                **responds(200, "TimelinePage", "a page (empty for a known user with no posts)"),
+                **problems(400, 401, 403, 404, 503),
+            },
+        },
+    ),
+)

@@ -1,0 +1,88 @@
+"""``fanout serve``: the HTTP API (api/) on uvicorn, wired to the stack's settings.
+
+``build_app`` is the factory uvicorn calls in every worker process (settings come from the
+environment and the recorded stack, as for every command). Before anything listens,
+``run_serve`` refuses a non-loopback address when no token key is configured: an open API
+reachable from other machines would let anyone read any timeline and publish as anyone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+import uvicorn
+from pydantic import ValidationError
+from starlette.applications import Starlette
+
+from api.app import create_app
+from api.auth import AuthConfigError, TokenVerifier
+from api.backends import Backends
+from api.settings import ApiSettings
+from fanout import wiring
+from fanout.settings import Settings
+from producers import EventPublisher
+
+OPEN_REFUSED = (
+    "refusing to listen on {host} without authentication: set FANOUT_API_JWT_SECRET "
+    "(an HS256 secret) or FANOUT_API_JWT_PUBLIC_KEY (a PEM RSA or EC P-256 public key), "
+    "or listen on a loopback address (--host 127.0.0.1)"
+)
+
+
+def open_backends(settings: Settings, api: ApiSettings) -> Callable[[], Backends]:
+    """Opens one API thread's store, lists, timeline reader and (lazily) publisher."""
+    # The producer gives up on an event when the API stops waiting for it, so a timed-out
+    # request leaves nothing queued behind it for the next one's delivery report.
+    kafka_config = {
+        **settings.kafka_config,
+        "message.timeout.ms": int(api.publish_timeout_s * 1000),
+    }
+
+    def publisher() -> EventPublisher:
+        return EventPublisher(settings.kafka, settings.topics, kafka_config)
+
+    def opened() -> Backends:
+        store = wiring.edge_store(settings)
+        return Backends(store, wiring.timeline_reader(settings, store), publisher)
+
+    return opened
+
+
+def build_app() -> Starlette:
+    api = ApiSettings()
+    return create_app(api, open_backends(Settings(), api))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def check_config(host: str) -> str | None:
+    """Why ``fanout serve`` must not start with this host and configuration, or None."""
+    try:
+        api = ApiSettings()
+        TokenVerifier.from_settings(api)
+    except (ValidationError, AuthConfigError) as exc:
+        return f"API settings: {exc}"
+    if not api.auth_configured and not is_loopback(host):
+        return OPEN_REFUSED.format(host=host)
+    return None
+
+
+def run_serve(host: str, port: int, workers: int, verbose: bool) -> int:
+    uvicorn.run(
+        "fanout.serve_command:build_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=verbose,  # request lines only: headers, and so tokens, are never logged
+        log_level="info" if verbose else "warning",
+    )
+    return 0

@@ -1,0 +1,145 @@
+"""Bearer tokens: HS256, RS256 and ES256 keys; who may read and publish; tokens never logged."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+from collections.abc import Iterator
+
+import jwt
+import pytest
+from starlette.testclient import TestClient
+
+from api.auth import AuthConfigError
+from api.settings import ApiSettings
+from fanout.settings import Settings
+from tests.api.conftest import SECRET, Graph, api_client, bearer, ec_keys, hs256, rsa_keys
+
+
+@pytest.fixture
+def secured(settings: Settings, graph: Graph) -> Iterator[TestClient]:
+    graph.follow("alice", "bob")
+    graph.post("bob", "p1")
+    with api_client(settings, jwt_secret=SECRET) as client:
+        yield client
+
+
+def test_a_timeline_is_served_to_its_owner_or_read_all(secured: TestClient) -> None:
+    url = "/v1/timelines/alice"
+    assert secured.get(url, headers=bearer(hs256("alice"))).status_code == 200
+    assert secured.get(url, headers=bearer(hs256("ops", "fanout:read-all"))).status_code == 200
+    other = secured.get(url, headers=bearer(hs256("mallory", "fanout:publish")))
+    assert other.status_code == 403
+    assert other.json()["type"] == "urn:fanout:problem:forbidden"
+    # 403 before 404: a stranger's timeline does not tell whether the user exists.
+    assert secured.get("/v1/timelines/ghost", headers=bearer(hs256("alice"))).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Basic YWxpY2U6cHc="},
+        {"Authorization": "Bearer "},
+        bearer("not.a.jwt"),
+        bearer(hs256("alice", secret="another-secret-that-is-long-enough-too")),
+        bearer(hs256("alice", exp=1)),  # expired in 1970
+        bearer(jwt.encode({"scope": ""}, SECRET, algorithm="HS256")),  # no sub
+        bearer(jwt.encode({"sub": "alice"}, None, algorithm="none")),  # type: ignore[arg-type]
+    ],
+)
+def test_missing_or_bad_tokens_are_401_with_a_challenge(
+    secured: TestClient, headers: dict[str, str]
+) -> None:
+    response = secured.get("/v1/timelines/alice", headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith('Bearer realm="fanout"')
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_lists_are_public_unless_configured_private(settings: Settings, graph: Graph) -> None:
+    graph.follow("alice", "bob")
+    with api_client(settings, jwt_secret=SECRET) as client:
+        assert client.get("/v1/users/bob/followers").status_code == 200
+        assert client.get("/v1/users/alice/following/bob").json() == {"following": True}
+    with api_client(settings, jwt_secret=SECRET, private_lists=True) as client:
+        assert client.get("/v1/users/bob/followers").status_code == 401
+        assert client.get("/v1/users/alice/following/bob").status_code == 401
+        token = bearer(hs256("anyone"))
+        assert client.get("/v1/users/bob/followers", headers=token).status_code == 200
+
+
+@pytest.mark.parametrize("keys", [rsa_keys, ec_keys], ids=["RS256", "ES256"])
+def test_public_keys_verify_their_own_algorithm_only(
+    settings: Settings, graph: Graph, keys: object
+) -> None:
+    graph.follow("alice", "bob")
+    private, pem = keys()  # type: ignore[operator]
+    algorithm = "RS256" if "RSA" in type(private).__name__ else "ES256"
+    with api_client(settings, jwt_public_key=pem) as client:
+        good = jwt.encode({"sub": "alice", "scope": ""}, private, algorithm=algorithm)
+        assert client.get("/v1/timelines/alice", headers=bearer(good)).status_code == 200
+        # HS256 signed with the public key itself: the classic algorithm confusion.
+        forged = hs256_signed_with(pem)
+        assert client.get("/v1/timelines/alice", headers=bearer(forged)).status_code == 401
+        other_private, _ = keys()  # type: ignore[operator]
+        stranger = jwt.encode({"sub": "alice"}, other_private, algorithm=algorithm)
+        assert client.get("/v1/timelines/alice", headers=bearer(stranger)).status_code == 401
+
+
+def hs256_signed_with(key: str) -> str:
+    """An HS256 token whose secret is ``key`` (PyJWT refuses to make one from a PEM key)."""
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    signing = b64(b'{"alg":"HS256","typ":"JWT"}') + b"." + b64(b'{"sub":"alice"}')
+    signature = hmac.new(key.encode(), signing, hashlib.sha256).digest()
+    return (signing + b"." + b64(signature)).decode()
+
+
+def test_unusable_key_settings_are_refused() -> None:
+    from api.auth import TokenVerifier
+
+    with pytest.raises(AuthConfigError, match="PEM"):
+        TokenVerifier.from_settings(ApiSettings(jwt_public_key="not a key"))
+    with pytest.raises(ValueError, match="not both"):
+        ApiSettings(jwt_secret="s", jwt_public_key="k")
+    assert "hunter2" not in repr(ApiSettings(jwt_secret="hunter2"))
+
+
+def test_publishing_needs_the_scope_and_acts_only_for_the_sub(secured: TestClient) -> None:
+    follow = {"type": "follow", "follower": "alice", "followee": "carol"}
+    foreign = {"type": "post", "author": "bob", "post_id": "p9"}
+    response = secured.post("/v1/events", json=follow, headers=bearer(hs256("alice")))
+    assert response.status_code == 403 and "fanout:publish" in response.json()["detail"]
+    publisher = bearer(hs256("alice", "fanout:publish"))
+    response = secured.post("/v1/events", json=[follow, foreign], headers=publisher)
+    assert response.status_code == 403 and response.json()["indexes"] == [1]
+    assert secured.post("/v1/events", json=[follow], headers=publisher).status_code == 202
+    backend = bearer(hs256("app", "fanout:publish fanout:publish-all"))
+    assert secured.post("/v1/events", json=[follow, foreign], headers=backend).status_code == 202
+    assert secured.post("/v1/events", json=follow).status_code == 401
+
+
+def test_tokens_never_reach_the_logs(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    tokens = [
+        hs256("alice"),
+        hs256("mallory"),
+        hs256("alice", secret="another-secret-that-is-long-enough-too"),
+        hs256("alice", "fanout:publish"),
+    ]
+    for token in tokens:
+        secured.get("/v1/timelines/alice", headers=bearer(token))
+        secured.get("/v1/timelines/bad%20id", headers=bearer(token))
+        secured.post(
+            "/v1/events", content=b"{", headers=bearer(token) | {"content-type": "application/json"}
+        )
+    logged = caplog.text + "".join(str(r.args) for r in caplog.records)
+    assert caplog.records  # the requests were logged (httpx, starlette), just not the tokens
+    for token in tokens:
+        assert token not in logged
+        assert token.split(".")[2] not in logged  # nor the signature alone

@@ -1,0 +1,89 @@
+"""GET /v1/timelines/{user}: pages through TimelineReader.page, 404 vs empty, parameter rules."""
+
+from __future__ import annotations
+
+from starlette.testclient import TestClient
+
+from tests.api.conftest import Graph
+
+PROBLEM = "application/problem+json"
+
+
+def test_pages_follow_the_cursor_to_the_end_newest_first(client: TestClient, graph: Graph) -> None:
+    graph.follow("reader", "ann", "bob")
+    posts = [graph.post("ann" if i % 2 else "bob", f"p{i}", ago_ms=1000 * i) for i in range(7)]
+    seen, cursor, sizes = [], None, []
+    while True:
+        query = {"limit": 3} | ({"cursor": cursor} if cursor else {})
+        response = client.get("/v1/timelines/reader", params=query)
+        assert (
+            response.status_code == 200 and response.headers["content-type"] == "application/json"
+        )
+        body = response.json()
+        assert body["user"] == "reader"
+        sizes.append(len(body["posts"]))
+        seen += body["posts"]
+        cursor = body["next"]
+        if cursor is None:
+            break
+    assert sizes == [3, 3, 1]
+    expected = [{"post_id": p.post_id, "author": p.author, "ts": p.ts} for p in posts]
+    assert seen == expected  # posts[0] is the newest
+
+
+def test_a_known_user_with_nothing_is_an_empty_page_and_a_stranger_is_404(
+    client: TestClient, graph: Graph
+) -> None:
+    graph.follow("lonely", "quiet")  # follows someone who never posted
+    graph.follow("former", "ann")
+    graph.unfollow("former", "ann")  # only an inactive edge left: still known
+    for user in ("lonely", "quiet", "former"):
+        response = client.get(f"/v1/timelines/{user}")
+        assert response.status_code == 200, user
+        assert response.json() == {"user": user, "posts": [], "next": None}
+    response = client.get("/v1/timelines/stranger")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == PROBLEM
+    body = response.json()
+    assert body["type"] == "urn:fanout:problem:unknown-user" and body["status"] == 404
+    assert body["errors"] == [
+        {"field": "user", "rule": "a user with an edge or a post, not removed"}
+    ]
+
+
+def test_a_removed_user_is_unknown(client: TestClient, graph: Graph) -> None:
+    graph.follow("leaver", "ann")
+    graph.post("leaver", "p1")
+    graph.store.remove_user("leaver", 10_000)
+    assert client.get("/v1/timelines/leaver").status_code == 404
+    assert client.get("/v1/users/leaver/followers").status_code == 404
+
+
+def test_broken_parameters_name_the_field_and_the_rule(client: TestClient, graph: Graph) -> None:
+    graph.follow("reader", "ann")
+    cases = {
+        "/v1/timelines/reader?limit=0": "limit",
+        "/v1/timelines/reader?limit=abc": "limit",
+        "/v1/timelines/reader?limit=1001": "limit",
+        "/v1/timelines/reader?limit=99999999999999999999999": "limit",
+        "/v1/timelines/reader?cursor=bm90LWEtY3Vyc29y": "cursor",
+        "/v1/timelines/reader?cursor=%FF%FE": "cursor",
+        "/v1/timelines/bad%20id": "user",
+        "/v1/timelines/" + "x" * 65: "user",
+    }
+    for url, field in cases.items():
+        response = client.get(url)
+        assert response.status_code == 400, url
+        assert response.headers["content-type"] == PROBLEM
+        body = response.json()
+        assert body["type"] == "urn:fanout:problem:invalid-request"
+        assert [e["field"] for e in body["errors"]] == [field], url
+        assert body["errors"][0]["rule"] and field in body["detail"]
+
+
+def test_unknown_routes_and_methods_are_problems_too(client: TestClient) -> None:
+    missing = client.get("/v1/nothing-here")
+    assert missing.status_code == 404 and missing.headers["content-type"] == PROBLEM
+    assert missing.json()["type"] == "urn:fanout:problem:not-found"
+    wrong = client.delete("/v1/timelines/u1")
+    assert wrong.status_code == 405 and wrong.headers["content-type"] == PROBLEM
