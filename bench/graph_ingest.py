@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from bench.report import Report, Row
 from consumers import ConsumeLoop, LoopStats, Positioned
 from consumers.graph_apply import GRAPH_EVENTS, GraphApplier, GraphBatchResult
+from consumers.pulse import Pulse, no_pulse
 from fanout import gc_policy, wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
@@ -90,7 +91,7 @@ def _one(s: Settings, n: int, lists: str) -> Row:
 
 
 class _StoreOnly(GraphApplier):
-    def apply(self, batch: Sequence[Positioned]) -> GraphBatchResult:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> GraphBatchResult:
         recorded = self.record(batch)
         return GraphBatchResult(recorded.changes, len(recorded.live), recorded.removals)
 
@@ -98,7 +99,7 @@ class _StoreOnly(GraphApplier):
 class _Nothing:
     accepted = GRAPH_EVENTS
 
-    def apply(self, batch: Sequence[Positioned]) -> None:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
         pass
 
 

@@ -1,8 +1,10 @@
 """Delivering posts into follower timelines.
 
-For a batch: store the posts (durable first, so a regenerated timeline has them), read every
-author's follower list in one multi-GET, then append to all followers' timelines with one
-pipelined round trip per memcached server. Three paths by follower count:
+For a batch: store the posts (durable first, so a regenerated timeline has them), read the
+authors' follower lists with multi-GETs, then append to all followers' timelines, pipelined per
+memcached server. A batch can be millions of appends, so the reads and the appends go in bounded
+steps with a pulse between them (consumers/pulse.py): however long the batch, the consumer stays
+in its group. Three paths by follower count:
 
 - ordinary authors: delivered here, in this batch;
 - more than ``chunk_size`` followers: the list is cut into chunks published to the task topic,
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from consumers.positions import OFFSET_BITS, Positioned
+from consumers.pulse import Pulse, no_pulse
 from graph import EdgeStore, ListKind, ListRef, ListStore
 from graph.capped_lists import CappedListStore
 from graph.edges import PostRecord
@@ -29,6 +32,10 @@ from producers import InternalPublisher, PublishError
 from schemas import FanoutTask, Post
 
 FANOUT_EVENTS = (Post, FanoutTask)
+# Steps between pulses, each a fraction of a second at the measured rates (README Performance).
+AUTHORS_PER_READ = 250  # follower lists per multi-GET (each up to chunk_size members)
+APPENDS_PER_WAVE = 50_000  # timeline appends per pipelined wave
+Delivery = tuple[bytes, Sequence[str]]  # a timeline token and the followers it goes to
 
 
 @dataclass
@@ -61,7 +68,7 @@ class FanoutApplier:
         self.celebrity_threshold = celebrity_threshold
         self.stats = FanoutStats()
 
-    def apply(self, batch: Sequence[Positioned]) -> None:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
         posts: list[PostRecord] = []
         chunks: list[FanoutTask] = []
         for item in batch:
@@ -79,10 +86,11 @@ class FanoutApplier:
                 PostRecord(p.author, p.post_id, stored.get((p.author, p.post_id), p.ts), p.text)
                 for p in posts
             ]
-        deliveries: list[tuple[bytes, Sequence[str]]] = []
+            pulse()
+        deliveries: list[Delivery] = []
         delivered_posts: list[int] = []
         celebrities: set[str] = set()
-        for post, followers in self._followers(posts):
+        for post, followers in self._followers(posts, pulse):
             if len(followers) > self.celebrity_threshold:
                 celebrities.add(post.author)
                 self.stats.celebrity_posts += 1
@@ -99,15 +107,22 @@ class FanoutApplier:
             self.store.add_celebrities(celebrities)
         self._confirm_chunks()
         appended, skipped = self.timelines.stats.appends, self.timelines.stats.skipped_absent
-        self.timelines.deliver(deliveries)
+        for wave in waves(deliveries, APPENDS_PER_WAVE):
+            self.timelines.deliver(wave)
+            pulse()
         self.stats.deliveries += self.timelines.stats.appends - appended
         self.stats.skipped += self.timelines.stats.skipped_absent - skipped
         self._account(posts, delivered_posts)
 
-    def _followers(self, posts: list[PostRecord]) -> list[tuple[PostRecord, frozenset[str]]]:
-        refs = [ListRef(ListKind.FOLLOWERS, p.author) for p in posts]
-        lists = self.follow_lists.read_many(refs) if refs else {}
-        return [(p, lists[ref]) for p, ref in zip(posts, refs, strict=True)]
+    def _followers(
+        self, posts: list[PostRecord], pulse: Pulse
+    ) -> Iterator[tuple[PostRecord, frozenset[str]]]:
+        for start in range(0, len(posts), AUTHORS_PER_READ):
+            some = posts[start : start + AUTHORS_PER_READ]
+            refs = [ListRef(ListKind.FOLLOWERS, p.author) for p in some]
+            lists = self.follow_lists.read_many(refs)
+            pulse()
+            yield from ((p, lists[ref]) for p, ref in zip(some, refs, strict=True))
 
     def _publish_chunks(self, post: PostRecord, followers: list[str]) -> None:
         for chunk, start in enumerate(range(0, len(followers), self.chunk_size)):
@@ -132,3 +147,20 @@ class FanoutApplier:
         now_ms = time.time_ns() // 1_000_000
         self.stats.posts += len(posts)
         self.stats.latencies_ms.extend(now_ms - ts for ts in delivered_posts)
+
+
+def waves(deliveries: Sequence[Delivery], size: int) -> Iterator[list[Delivery]]:
+    """The deliveries cut into waves of at most ``size`` appends (a long follower list is cut
+    across waves). Appends commute, so the cut changes nothing but the pulse points."""
+    wave: list[Delivery] = []
+    appends = 0
+    for tok, followers in deliveries:
+        for start in range(0, len(followers), size):
+            part = followers[start : start + size]
+            if wave and appends + len(part) > size:
+                yield wave
+                wave, appends = [], 0
+            wave.append((tok, part))
+            appends += len(part)
+    if wave:
+        yield wave

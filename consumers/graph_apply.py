@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from consumers.positions import Positioned
+from consumers.pulse import Pulse, no_pulse
 from graph import EdgeChange, EdgeStore, ListKind, ListRef, ListStore
 from schemas import Follow, Unfollow, UserRemoved
 
@@ -65,8 +66,11 @@ class GraphApplier:
         self.store = store
         self.lists = lists
 
-    def apply(self, batch: Sequence[Positioned]) -> GraphBatchResult:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> GraphBatchResult:
+        """The store's part, then the lists' (a batch is bounded by the graph batch size: one
+        pulse between the two steps)."""
         recorded = self.record(batch)
+        pulse()
         corrections = self.update_lists(recorded)
         return GraphBatchResult(
             recorded.changes, len(recorded.live), recorded.removals, corrections

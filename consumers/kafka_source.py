@@ -133,6 +133,7 @@ class KafkaSource:
         self.changes: Counter[str] = Counter()  # assigned, revoked, lost, kicked
         self.unassigned_since: float | None = self._started  # None while assigned
         self._paused = False
+        self._polled_at = time.monotonic()
         self._in_hand: set[TopicPartitionKey] = set()
         self._lost_in_hand = False
         if assignment is None:
@@ -186,6 +187,7 @@ class KafkaSource:
         # consume(n, timeout) waits for n messages or the whole timeout: wait for the first one
         # only, then take what is already fetched, so a lone message is not held back.
         first = self._consumer.poll(timeout)
+        self._polled_at = time.monotonic()
         if first is None:
             return []
         messages = (
@@ -230,18 +232,25 @@ class KafkaSource:
         return self._lost_in_hand
 
     def pause(self) -> None:
-        self._paused = True
-        self._consumer.pause(self._consumer.assignment())
+        if not self._paused:
+            self._paused = True
+            self._consumer.pause(self._consumer.assignment())
 
     def resume(self) -> None:
-        self._paused = False
-        self._consumer.resume(self._consumer.assignment())
+        if self._paused:
+            self._paused = False
+            self._consumer.resume(self._consumer.assignment())
+
+    def since_poll(self) -> float:
+        """Seconds since this process last polled (librdkafka's max.poll.interval clock)."""
+        return time.monotonic() - self._polled_at
 
     def keepalive(self, timeout: float) -> None:
         """Poll while paused: serves rebalance callbacks and tells librdkafka the process is
         alive. A message can still come back (fetched just before a pause took effect): it is
         kept, in order, for the next ``poll_batch``."""
         msg = self._consumer.poll(timeout)
+        self._polled_at = time.monotonic()
         if msg is not None and not self._is_error(msg):
             self._early.append(msg)
 

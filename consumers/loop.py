@@ -41,6 +41,7 @@ from consumers.failures import Failure, classify
 from consumers.halts import DlqLimitExceeded, PermanentFailure, StuckWithoutAssignment
 from consumers.kafka_source import CommitRejected, KafkaSource
 from consumers.positions import Positioned, Rejected, decode_message
+from consumers.pulse import Pulse, no_pulse
 
 log = logging.getLogger("fanout.consumer")
 T = TypeVar("T")
@@ -53,7 +54,10 @@ class Applier(Protocol):
         """The event classes this applier takes; others are dead-lettered."""
         ...
 
-    def apply(self, batch: Sequence[Positioned]) -> Any: ...
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> Any:
+        """Apply the batch in bounded steps, calling ``pulse()`` between them
+        (consumers/pulse.py)."""
+        ...
 
 
 @dataclass
@@ -79,12 +83,17 @@ class BatchReport:
     apply_failed: int = 0
 
 
-class Stopped(Exception):
-    """Asked to stop while a batch was still failing: exit without committing it."""
+class Stopped(BaseException):
+    """Asked to stop while a batch was still failing: exit without committing it.
+
+    The loop's own signals derive from ``BaseException``: they cross the appliers (a pulse
+    raises inside ``apply``) and must never be read as an event's failure by an
+    ``except Exception``."""
 
 
-class Abandoned(Exception):
-    """The batch's partitions were revoked while it was retried: its new owner redoes it."""
+class Abandoned(BaseException):
+    """The batch's partitions were revoked while it was applied or retried: its new owner
+    redoes it."""
 
 
 @dataclass
@@ -212,7 +221,7 @@ class ConsumeLoop:
         if not batch:
             return trial, [], []
         try:
-            self.applier.apply(batch)
+            self.applier.apply(batch, self._pulse)
         except Exception as exc:
             if classify(exc) is not Failure.POISON:
                 raise
@@ -226,7 +235,7 @@ class ConsumeLoop:
         failed: list[Rejected] = []
         for item in batch:
             try:
-                self.applier.apply([item])
+                self.applier.apply([item], self._pulse)
             except Exception as exc:
                 if classify(exc) is not Failure.POISON:
                     raise
@@ -302,7 +311,6 @@ class ConsumeLoop:
         """Run ``step`` until it succeeds, retrying transient failures with backoff while the
         partitions are paused and polled (see consumers/kafka_source.py)."""
         backoff = 0.1
-        paused = False
         try:
             while True:
                 try:
@@ -315,14 +323,22 @@ class ConsumeLoop:
                         raise
                     self.stats.retries += 1
                     log.warning("transient failure, retrying in %.1fs: %s", backoff, exc)
-                    if not paused:
-                        self.source.pause()
-                        paused = True
+                    self.source.pause()
                     self._keepalive(backoff, str(exc))
                     backoff = min(backoff * 2, self.max_backoff)
         finally:
-            if paused:
-                self.source.resume()
+            self.source.resume()  # paused by the retries above or by a pulse of the step
+
+    def _pulse(self) -> None:
+        """Between the steps of a long apply (consumers/pulse.py): once the last poll is a third
+        of max.poll.interval old, pause the partitions (until the batch is through: messages
+        fetched meanwhile wait, in order, for the next batch) and poll once."""
+        if self.source.since_poll() < self.source.max_poll_interval_s / 3:
+            return
+        self.source.pause()
+        self.source.keepalive(0)
+        if self.source.lost_in_hand():
+            raise Abandoned()
 
     def _keepalive(self, seconds: float, failing: str) -> None:
         """Wait ``seconds`` polling the paused consumer; raise ``Stopped`` on a stop and

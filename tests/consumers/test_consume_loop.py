@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 from consumers import ConsumeLoop, DeadLetters, KafkaSource, Positioned
 from consumers.dlq_limit import DlqLimit
 from consumers.halts import DlqLimitExceeded
+from consumers.pulse import Pulse, no_pulse
 from fanout.settings import Settings
 from graph import CacheUnavailable
 from producers import EventPublisher
@@ -28,7 +29,7 @@ class Recording:
         self.applied: list[str] = []
         self.always_fail = always_fail
 
-    def apply(self, batch: Sequence[Positioned]) -> None:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
         for item in batch:
             assert isinstance(item.event, Follow)
             if self.always_fail or item.event.follower.startswith("poison"):
@@ -143,12 +144,12 @@ class CacheDown(Recording):
         self.outage = outage
         self.until: float | None = None
 
-    def apply(self, batch: Sequence[Positioned]) -> None:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
         if self.until is None and self.outage is not None:
             self.until = time.monotonic() + self.outage
         if self.until is None or time.monotonic() < self.until:
             raise CacheUnavailable("memcached 127.0.0.1:1: connection refused")
-        super().apply(batch)
+        super().apply(batch, pulse)
 
 
 def test_a_stop_during_a_failing_batch_exits_cleanly_without_committing(
@@ -175,6 +176,40 @@ def test_retrying_longer_than_max_poll_interval_keeps_the_member_in_the_group(
     loop.source.close()
     assert sorted(applier.applied) == ["a", "b", "c"]
     assert stats.retries >= 5 and stats.abandoned == 0
+    assert changes == {"assigned": 1}
+    assert committed_total(settings) == 3
+
+
+class LongBatch(Recording):
+    """A batch whose apply takes ``seconds`` of successful work in short steps (a fan-out of
+    millions of deliveries), pulsing between the steps as the real appliers do."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse) -> None:
+        done = time.monotonic() + self.seconds
+        while time.monotonic() < done:
+            time.sleep(0.2)  # one wave of work
+            pulse()
+        super().apply(batch, pulse)
+
+
+def test_one_apply_longer_than_max_poll_interval_keeps_the_member_in_the_group(
+    settings: Settings,
+) -> None:
+    """Without pulses the member is put out of its group mid-batch, its commit is refused and
+    the same long batch comes back forever."""
+    publish(settings, ["a", "b", "c"])
+    applier = LongBatch(seconds=9.0)  # longer than max.poll.interval.ms
+    loop = loop_for(settings, applier, max_poll_interval_ms=6000)
+    when(lambda: sum(loop.source.changes.values()) > 1, loop.stop.set)  # fail, don't livelock
+    stats = loop.run(until_idle=2.0)
+    changes = dict(loop.source.changes)
+    loop.source.close()
+    assert sorted(applier.applied) == ["a", "b", "c"]
+    assert stats.abandoned == 0
     assert changes == {"assigned": 1}
     assert committed_total(settings) == 3
 
@@ -222,11 +257,11 @@ class SlowOnce(Recording):
         self.seconds = seconds
         self.batches = 0
 
-    def apply(self, batch: Sequence[Positioned]) -> None:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
         self.batches += 1
         if self.batches == 1:
             time.sleep(self.seconds)
-        super().apply(batch)
+        super().apply(batch, pulse)
 
 
 def test_a_commit_refused_after_a_rebalance_is_dropped_and_the_batch_redelivered(
