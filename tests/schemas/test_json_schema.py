@@ -44,7 +44,7 @@ def schema_accepts(payload: bytes) -> bool | None:
         value = json.loads(payload.decode("utf-8"), parse_constant=_refuse)
     except ValueError:
         return None
-    return EVENT_SCHEMA.is_valid(value)
+    return bool(EVENT_SCHEMA.is_valid(value))
 
 
 def _refuse(name: str) -> None:
