@@ -24,7 +24,6 @@ from confluent_kafka import KafkaError, Message, Producer
 from schemas import AnyEvent, Topics, encode_event, partition_key, validate_event
 from schemas.topics import APP_TYPES, admit
 
-
 JAVA_COMPATIBLE_PARTITIONER = "murmur2_random"  # random only for a null key, which we never send
 
 

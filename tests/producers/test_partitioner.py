@@ -76,9 +76,7 @@ def test_the_publisher_puts_each_key_where_java_would(settings: Settings) -> Non
     with EventPublisher(settings.kafka, settings.topics) as publisher:
         for user in users:
             publisher.publish({"type": "user_removed", "user": user})
-    landed = {
-        m.key(): m.partition() for m in read_topic(settings.kafka, settings.topics.graph, 40)
-    }
+    landed = {m.key(): m.partition() for m in read_topic(settings.kafka, settings.topics.graph, 40)}
     assert len(landed) == 40
     assert landed == {u.encode(): java_partition(u.encode(), 6) for u in users}
     assert len(set(landed.values())) == 6
