@@ -2,9 +2,11 @@
 
 Auto-commit is off: the loop commits a batch's offsets only after its effects are durable
 (at-least-once). Idle time counts from the last message or the last change of assignment, and
-never before a session timeout has passed since the consumer started: a consumer restarted after
-a crash first gets nothing while its dead predecessor still holds the partitions, and "nothing
-arrived" means nothing until that predecessor's session has expired and the group rebalanced.
+never before a session timeout has passed since the consumer started, unless this member was
+assigned every partition of its topics: a consumer restarted after a crash may first get only
+part of them while its dead predecessor still holds the rest, and "nothing arrived" means nothing
+until that predecessor's session has expired and the group rebalanced. Holding every partition,
+there is no predecessor to wait for, and the idle clock runs from the assignment.
 
 A replay passes an explicit ``assignment`` instead: the partitions and start offsets are given,
 nothing is negotiated with the group, and commits go to the replay's own group only.
@@ -136,6 +138,9 @@ class KafkaSource:
         self._polled_at = time.monotonic()
         self._in_hand: set[TopicPartitionKey] = set()
         self._lost_in_hand = False
+        self._topics = list(topics)
+        self._assigned: set[TopicPartitionKey] = set()
+        self._owns_all: bool | None = None  # known once asked, per assignment
         if assignment is None:
             self._consumer.subscribe(
                 list(topics),
@@ -161,8 +166,10 @@ class KafkaSource:
             self.unassigned_since = None
             if self.assigned_at is None:
                 self.assigned_at = now
+            self._assigned |= {(p.topic, p.partition) for p in partitions}
         else:
             gone = {(p.topic, p.partition) for p in partitions}
+            self._assigned -= gone
             if gone & self._in_hand:
                 self._lost_in_hand = True
             # Fetched but not handed out: the next owner (maybe us again, from the last commit)
@@ -170,7 +177,20 @@ class KafkaSource:
             self._early = [m for m in self._early if _key(m) not in gone]
             if self.unassigned_since is None:
                 self.unassigned_since = now
+        self._owns_all = None
         self._last_change = now
+
+    def _owns_every_partition(self) -> bool:
+        """Whether the assignment covers every partition of the subscribed topics (asked of the
+        broker's metadata once per assignment, outside the rebalance callback)."""
+        if self._owns_all is None:
+            try:
+                metadata = self._consumer.list_topics(timeout=5).topics
+            except KafkaException:
+                return False  # unknown: keep waiting out the settle time
+            every = {(t, p) for t in self._topics if t in metadata for p in metadata[t].partitions}
+            self._owns_all = bool(every) and every <= self._assigned
+        return self._owns_all
 
     def await_assignment(self, timeout: float = 60.0) -> bool:
         """Join the group before anything is published (so latency figures exclude the join).
@@ -266,7 +286,7 @@ class KafkaSource:
         if self.assigned_at is None or self._last_change is None or self._rebalancing:
             return 0.0
         now = time.monotonic()
-        if now - self._started < self._settle_s:
+        if now - self._started < self._settle_s and not self._owns_every_partition():
             return 0.0
         return now - max(self.last_message_at or 0.0, self._last_change)
 

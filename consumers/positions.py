@@ -4,6 +4,11 @@ An event's position orders the writes to one edge: event time first (millisecond
 publisher), the partition offset as the tie-breaker within a millisecond. Both come from the log,
 so a replay computes the same positions and the edge store's "newer wins" rule makes it a no-op.
 ``ts`` is below 2**43 (the schema's bound), so the position fits a signed 64-bit integer.
+
+The message key must be the event's partition key (``schemas.partition_key``: the followee of a
+follow, the author of a post, ...). Ordering per list holds only if every event for that list
+shares a partition, so an event keyed otherwise (or not keyed) is dead-lettered, never applied:
+applied, a wrong-keyed unfollow could overtake the follow it undoes.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import AnyEvent, EventDecodeError, decode_event
+from schemas import AnyEvent, EventDecodeError, decode_event, partition_key
+from schemas.events import KEY_FIELDS
 
 OFFSET_BITS = 20
 
@@ -48,11 +54,17 @@ def decode_message(msg: Any, accepted: tuple[type, ...]) -> Positioned | Rejecte
     origin = Origin(msg.topic(), msg.partition(), msg.offset(), msg.key())
     value: bytes | None = msg.value()
     try:
-        event = decode_event(value if value is not None else b"")
+        event = decode_event(value)
     except EventDecodeError as exc:
         return Rejected(str(exc), origin, value)
     if not isinstance(event, accepted):
         return Rejected(f"type: {event.type} events do not belong on {origin.topic}", origin, value)
+    expected = partition_key(event).encode()
+    if origin.key != expected:
+        got = "missing" if origin.key is None else repr(origin.key.decode("utf-8", "replace"))
+        field = "/".join(KEY_FIELDS[event.type])
+        reason = f"key: {got}; must be the event's {field} {expected.decode()!r}"
+        return Rejected(reason, origin, value)
     ts = event.ts
     if ts is None:  # published without the envelope: the broker's timestamp stands in
         _kind, broker_ts = msg.timestamp()

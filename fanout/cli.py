@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from fanout import logs, stack, verify_command, wiring
+from fanout.cli_help import DESCRIPTION, EPILOG, dash_id_hint
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
@@ -66,9 +67,11 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    if args.rejects and not args.file:
+        raise SystemExit("--rejects goes with --file")
     publisher = wiring.publisher(settings)
     if args.file:
-        summary = publish_file(publisher, args.file, err_console)
+        summary = publish_file(publisher, args.file, err_console, args.rejects)
         print(summary.line())
         return 0 if summary.ok else 1
     if args.kind is None:
@@ -200,7 +203,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fanout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fanout", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     parser.add_argument(
         "--log-format",
@@ -227,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text")
     p.add_argument("--group")
     p.add_argument("--file", help="one JSON event per line; - for stdin")
+    p.add_argument(
+        "--rejects", metavar="FILE", help='--file: write {"line": N, "reason": ...} per bad line'
+    )
     p.set_defaults(run=cmd_publish)
 
     p = sub.add_parser("consume", help="run a consumer")
@@ -291,7 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error: argparse has printed it; add the dash-id hint
+        hint = dash_id_hint(sys.argv[1:] if argv is None else argv) if exc.code == 2 else None
+        if hint:
+            sys.stderr.write(hint + "\n")
+        raise
     logs.configure(args.verbose or args.log_format == "json", args.log_format)
     run: Callable[[argparse.Namespace, Settings], int] = args.run
     try:

@@ -1,17 +1,25 @@
-"""``fanout publish --file``: one JSON event per line; bad lines are reported, good ones sent."""
+"""``fanout publish --file``: one JSON event per line; bad lines are reported, good ones sent.
+
+The summary names the first ``SHOWN`` bad lines; ``--rejects FILE`` gets every rejected line as
+one JSON object per line, ``{"line": N, "reason": "..."}``, for a script to fix and resend.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
+import orjson
 from rich.console import Console
 from rich.progress import Progress
 
 from producers import EventPublisher
 from schemas import EventDecodeError, decode_event
+
+SHOWN = 20
 
 
 @dataclass
@@ -28,8 +36,14 @@ class FileSummary:
         text = (
             f"published {self.published}, rejected {len(self.rejected)}, failed {len(self.failed)}"
         )
-        details = [f"line {n}: {why}" for n, why in (self.rejected + self.failed)[:20]]
+        bad = self.rejected + self.failed
+        details = [f"line {n}: {why}" for n, why in bad[:SHOWN]]
+        if len(bad) > SHOWN:
+            details.append(f"... and {len(bad) - SHOWN} more (--rejects FILE lists every one)")
         return "\n".join([text, *details])
+
+    def write_rejects(self, out: BinaryIO) -> None:
+        out.writelines(orjson.dumps({"line": n, "reason": why}) + b"\n" for n, why in self.rejected)
 
 
 def publish_lines(publisher: EventPublisher, lines: Iterable[bytes], summary: FileSummary) -> None:
@@ -47,9 +61,12 @@ def publish_lines(publisher: EventPublisher, lines: Iterable[bytes], summary: Fi
         summary.failed.append((0, f"{report.undelivered} events still queued at timeout"))
 
 
-def publish_file(publisher: EventPublisher, path: str, console: Console) -> FileSummary:
+def publish_file(
+    publisher: EventPublisher, path: str, console: Console, rejects: str | None = None
+) -> FileSummary:
     summary = FileSummary()
-    stream: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    stream = sys.stdin.buffer if path == "-" else _open(path, "rb", "--file")
+    rejects_out = _open(rejects, "wb", "--rejects") if rejects is not None else None
     with stream, Progress(console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("publishing", total=None)
 
@@ -59,4 +76,15 @@ def publish_file(publisher: EventPublisher, path: str, console: Console) -> File
                 yield line
 
         publish_lines(publisher, counted(), summary)
+    if rejects_out is not None:
+        with rejects_out:
+            summary.write_rejects(rejects_out)
     return summary
+
+
+def _open(path: str, mode: str, option: str) -> BinaryIO:
+    """Opened before anything is published, so a bad path is an error and not a half-done run."""
+    try:
+        return Path(path).open(mode)  # type: ignore[return-value]
+    except OSError as exc:
+        raise SystemExit(f"{option} {path}: {exc.strerror or exc}") from None

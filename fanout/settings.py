@@ -1,5 +1,10 @@
 """Settings: environment variables (``FANOUT_*``) override the addresses recorded by
-``fanout stack up``, which override the defaults. Every field is listed in the README table."""
+``fanout stack up``, which override the defaults. Every field is listed in the README table.
+
+A topic prefix other than the default isolates a run: unless set explicitly, its cache namespace,
+consumer group and embedded edge-store file are derived from the prefix, so two runs under one
+``FANOUT_HOME`` share only the servers. The default prefix keeps the historic names.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -21,6 +26,9 @@ from schemas import Topics
 def fanout_home() -> Path:
     """Where the local stack records its state; one per checkout unless FANOUT_HOME says."""
     return Path(os.environ.get("FANOUT_HOME", ".fanout")).resolve()
+
+
+DEFAULT_TOPIC_PREFIX = "fanout"
 
 
 def stack_file() -> Path:
@@ -37,7 +45,9 @@ class Settings(BaseSettings):
     mongo_following: Literal["collection", "index"] = Field(
         "collection", description="MongoDB: separate `following` collection or a reverse index"
     )
-    topic_prefix: str = Field("fanout", description="topics are PREFIX.graph, .posts, .dlq")
+    topic_prefix: str = Field(
+        DEFAULT_TOPIC_PREFIX, description="topics are PREFIX.graph, .posts, .dlq"
+    )
     partitions: int = Field(6, ge=1, description="partitions per topic for `topics create`")
     replication: int = Field(1, ge=1, description="replication factor for `topics create`")
     kafka_config: dict[str, Any] = Field(
@@ -114,6 +124,16 @@ class Settings(BaseSettings):
         recorded = JsonConfigSettingsSource(settings_cls, json_file=stack_file())
         return (init_settings, env_settings, recorded)
 
+    @model_validator(mode="after")
+    def _isolate_by_topic_prefix(self) -> Settings:
+        prefix = self.topic_prefix
+        if prefix != DEFAULT_TOPIC_PREFIX:
+            if "cache_prefix" not in self.model_fields_set:
+                self.cache_prefix = f"tf.{prefix}"
+            if "group" not in self.model_fields_set:
+                self.group = prefix
+        return self
+
     @property
     def topics(self) -> Topics:
         return Topics(self.topic_prefix)
@@ -128,4 +148,8 @@ class Settings(BaseSettings):
 
     @property
     def edge_store_url(self) -> str:
-        return self.edge_store or f"sqlite:///{fanout_home() / 'edges.db'}"
+        if self.edge_store:
+            return self.edge_store
+        isolated = self.topic_prefix != DEFAULT_TOPIC_PREFIX
+        name = f"edges-{self.topic_prefix}.db" if isolated else "edges.db"
+        return f"sqlite:///{fanout_home() / name}"

@@ -5,6 +5,11 @@ never reaches the topic. Apps publish only app event types (follow, unfollow, po
 user_removed); an internal type (a ``fanout_task``) is refused here, and the consumers publish
 theirs through ``InternalPublisher`` (producers/internal.py). Delivery is asynchronous; failures
 come back from ``flush()`` as a typed report instead of vanishing in a callback.
+
+Partitions are chosen as Kafka's Java client (and kafkajs's default) chooses them: murmur2 of
+the key, positive, modulo the partition count (librdkafka's ``murmur2_random``; its own default,
+CRC32, disagrees on most keys). A followee's events from apps in several languages therefore
+share one partition, which is what keeps them in order.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from schemas import AnyEvent, Topics, encode_event, partition_key, validate_event
 from schemas.topics import APP_TYPES, admit
+
+JAVA_COMPATIBLE_PARTITIONER = "murmur2_random"  # random only for a null key, which we never send
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,7 @@ class EventPublisher:
             "acks": "all",
             "linger.ms": 5,
             "compression.type": "lz4",
+            "partitioner": JAVA_COMPATIBLE_PARTITIONER,
         }
         config.update(extra_config or {})
         self._producer = Producer(config)

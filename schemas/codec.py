@@ -3,6 +3,11 @@
 Decoding goes straight from bytes through pydantic's Rust JSON parser, which rejects invalid
 UTF-8, malformed JSON and absurd nesting without recursion in Python, so no input can crash a
 consumer; every failure becomes one ``EventDecodeError`` naming the field and the rule.
+
+The rules on the message's bytes (``byte_rule_violation``: present, at most
+``MAX_MESSAGE_BYTES``, UTF-8 without a byte order mark) are the ones JSON Schema cannot state,
+since a schema sees only the parsed value; every other rule lives in the models (events.py) and
+is published from them as JSON Schema (json_schema.py).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from schemas.ids import ID_PATTERN, ID_RULE
 AnyEvent = Follow | Unfollow | Post | UserRemoved | FanoutTask
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(Event)
 MAX_MESSAGE_BYTES = 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +61,52 @@ def _describe(exc: ValidationError) -> EventDecodeError:
     return EventDecodeError(err["msg"], field)
 
 
-def decode_event(payload: bytes | str) -> AnyEvent:
-    """Parse one wire message; raises ``EventDecodeError`` and nothing else."""
+def byte_rule_violation(payload: bytes | str | None) -> EventDecodeError | None:
+    """Why the message's bytes break a rule JSON Schema cannot express, or ``None``. A null value
+    is a Kafka tombstone: events are never deleted by key (send ``user_removed``). RFC 8259
+    forbids a BOM on the wire; refusing it (rather than skipping it, as some parsers do) keeps
+    every consumer of the topic reading the same bytes the same way."""
     if payload is None:
-        raise EventDecodeError("empty message")
+        return EventDecodeError("null value (a tombstone): events are not deleted by key")
+    if len(payload) == 0:
+        return EventDecodeError("empty message")
     if len(payload) > MAX_MESSAGE_BYTES:
-        raise EventDecodeError(f"message is {len(payload)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+        size = len(payload)
+        return EventDecodeError(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES}")
+    if isinstance(payload, bytes) and payload.startswith(_BOM):
+        return EventDecodeError("starts with a UTF-8 byte order mark; send JSON without one")
+    return None
+
+
+def _utf8_error(payload: bytes | str) -> EventDecodeError | None:
+    if isinstance(payload, str):
+        return None
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return EventDecodeError(f"not valid UTF-8: byte {exc.start} ({exc.reason})")
+    return None
+
+
+def _surrogate_hint(error: EventDecodeError) -> EventDecodeError:
+    if "hex escape" not in error.reason:
+        return error
+    return EventDecodeError(f"{error.reason} (a lone surrogate escape is not valid Unicode)")
+
+
+def decode_event(payload: bytes | str | None) -> AnyEvent:
+    """Parse one wire message; raises ``EventDecodeError`` and nothing else."""
+    broken = byte_rule_violation(payload)
+    if broken is not None:
+        raise broken
+    assert payload is not None
     try:
         return _ADAPTER.validate_json(payload)
     except ValidationError as exc:
-        raise _describe(exc) from None
+        described = _describe(exc)
+        if described.reason.startswith("not valid JSON"):  # say why when it is the encoding
+            raise (_utf8_error(payload) or _surrogate_hint(described)) from None
+        raise described from None
     except (ValueError, TypeError, RecursionError) as exc:  # defensive: never escape as a crash
         raise EventDecodeError(f"undecodable message: {exc}") from None
 

@@ -11,15 +11,47 @@ import time
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from schemas.ids import ID_ALPHABET, Id, charset, charset_schema
 
 SCHEMA_VERSION = 1
 TEXT_MAX_LEN = 4096
 MAX_CHUNK = 10_000
-# Milliseconds since the epoch; the bound keeps the value inside a signed 64-bit integer.
-Millis = Annotated[int, Field(strict=True, ge=0, lt=2**43)]
+
+
+def _integral(value: object) -> object:
+    """JSON Schema's ``integer`` is any number whose fractional part is zero, and JavaScript's
+    ``JSON.parse`` cannot tell ``1.0`` from ``1``; so here too ``1.0`` and ``1e3`` are the
+    integers 1 and 1000. Anything else goes on to the strict check: a boolean or ``1.5`` is
+    refused, as the published schema refuses it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Milliseconds since the epoch; the bound keeps the value inside a signed 64-bit integer. Each
+# constraint comes before the validator so that the generated JSON Schema keeps it.
+Millis = Annotated[int, Field(strict=True, ge=0, lt=2**43), BeforeValidator(_integral)]
+Version = Annotated[
+    int, Field(strict=True, ge=SCHEMA_VERSION, le=SCHEMA_VERSION), BeforeValidator(_integral)
+]
+Count = Annotated[int, Field(strict=True, ge=0), BeforeValidator(_integral)]
+# Python's JSON parser refuses a lone surrogate escape (text must be valid Unicode to be stored
+# as UTF-8); the pattern says the same to JSON Schema validators (ajv matches with the "u" flag,
+# where a surrogate pair is one code point).
+NO_LONE_SURROGATES = "^[^\\ud800-\\udfff]*$"
+Text = Annotated[
+    str,
+    Field(
+        strict=True,
+        max_length=TEXT_MAX_LEN,
+        json_schema_extra={
+            "pattern": NO_LONE_SURROGATES,
+            "description": f"at most {TEXT_MAX_LEN} Unicode code points; no lone surrogates",
+        },
+    ),
+]
 EventId = Annotated[
     str, charset("!-~", 128), charset_schema("!-~", 128, "1..128 printable ASCII characters")
 ]
@@ -35,7 +67,7 @@ class _Event(BaseModel):
 
     event_id: EventId | None = None
     ts: Millis | None = None
-    v: Literal[1] | None = None
+    v: Version | None = None
 
     def with_envelope(self, now_ms: int | None = None) -> _Event:
         """Fill the envelope fields the producer left out; present ones are kept as sent."""
@@ -66,7 +98,7 @@ class Post(_Event):
     type: Literal["post"]
     author: Id
     post_id: Id
-    text: Annotated[str, Field(strict=True, max_length=TEXT_MAX_LEN)] | None = None
+    text: Text | None = None
 
 
 class UserRemoved(_Event):
@@ -82,7 +114,7 @@ class FanoutTask(_Event):
     author: Id
     post_id: Id
     post_ts: Millis
-    chunk: Annotated[int, Field(strict=True, ge=0)]
+    chunk: Count
     followers: Annotated[list[Id], Field(max_length=MAX_CHUNK)]
 
 
@@ -96,14 +128,17 @@ EVENT_TYPES: dict[str, type[_Event]] = {
 }
 
 
+# The fields whose values, joined by "/", make each type's Kafka key. Chunks of one post spread
+# over partitions; every other key keeps the mutations of one list in one partition, in order.
+KEY_FIELDS: dict[str, tuple[str, ...]] = {
+    "follow": ("followee",),
+    "unfollow": ("followee",),
+    "post": ("author",),
+    "user_removed": ("user",),
+    "fanout_task": ("author", "post_id", "chunk"),
+}
+
+
 def partition_key(event: Follow | Unfollow | Post | UserRemoved | FanoutTask) -> str:
     """Kafka key: every mutation of one follower list must be ordered within one partition."""
-    match event:
-        case Follow() | Unfollow():
-            return event.followee
-        case Post():
-            return event.author
-        case UserRemoved():
-            return event.user
-        case FanoutTask():  # chunks of one post spread over partitions
-            return f"{event.author}/{event.post_id}/{event.chunk}"
+    return "/".join(str(getattr(event, name)) for name in KEY_FIELDS[event.type])

@@ -85,18 +85,23 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_rest_is_applied(
     settings: Settings,
 ) -> None:
     producer = Producer({"bootstrap.servers": settings.kafka})
-    bad = [
-        (b"not json", "not valid JSON"),
-        (b"\xff\xfe\xfa", "not valid JSON"),
-        (b'{"type":"follow","follower":"a b","followee":"u2"}', "follower: must be"),
-        (b'{"type":"follow","follower":"u1"}', "followee"),
-        (b'{"type":"like","follower":"u1"}', "unknown event type"),
-        (b'{"type":"post","author":"u1","post_id":"p1"}', "do not belong"),
-        (b"[" * 50000, "not valid JSON"),
+    wrong_key = b'{"type":"follow","follower":"w1","followee":"u2"}'
+    bad: list[tuple[bytes | None, bytes | None, str]] = [
+        (b"k", b"not json", "not valid JSON"),
+        (b"k", b"\xff\xfe\xfa", "not valid UTF-8"),
+        (b"k", b'{"type":"follow","follower":"a b","followee":"u2"}', "follower: must be"),
+        (b"k", b'{"type":"follow","follower":"u1"}', "followee"),
+        (b"k", b'{"type":"like","follower":"u1"}', "unknown event type"),
+        (b"u1", b'{"type":"post","author":"u1","post_id":"p1"}', "do not belong"),
+        (b"k", b"[" * 50000, "not valid JSON"),
+        # The key orders a list's events; a follow keyed by another user is not applied.
+        (b"u1", wrong_key, "key: 'u1'; must be the event's followee 'u2'"),
+        (None, wrong_key.replace(b"w1", b"w2"), "key: missing; must be the event's followee"),
+        (b"u2", None, "null value (a tombstone)"),
     ]
     good = 0
-    for i, (payload, _) in enumerate(bad):
-        producer.produce(settings.topics.graph, key=b"k", value=payload)
+    for i, (key, payload, _) in enumerate(bad):
+        producer.produce(settings.topics.graph, key=key, value=payload)
         producer.produce(
             settings.topics.graph,
             key=b"u2",
@@ -109,8 +114,8 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_rest_is_applied(
     dead = read_topic(settings.kafka, settings.topics.dlq, len(bad))
     assert len(dead) == len(bad)
     by_value = {m.value(): dict(m.headers()) for m in dead}
-    for payload, reason in bad:
-        headers = by_value[payload]
+    for _, payload, reason in bad:
+        headers = by_value[payload or b""]  # a tombstone is dead-lettered with an empty value
         assert reason in headers["fanout.dlq.reason"].decode()
         assert headers["fanout.dlq.topic"].decode() == settings.topics.graph
         assert int(headers["fanout.dlq.offset"]) >= 0

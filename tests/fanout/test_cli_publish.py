@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import orjson
+
 from fanout.settings import Settings
 from schemas import decode_event
 from tests.conftest import run_cli
@@ -47,3 +51,62 @@ def test_publish_single_events_and_reject_bad_ids(settings: Settings) -> None:
         decode_event(m.value()) for m in read_topic(settings.kafka, settings.topics.graph, 1)
     ]
     assert event.type == "follow" and event.group == "work"  # type: ignore[union-attr]
+
+
+def test_rejects_file_lists_every_bad_line_as_json(settings: Settings, tmp_path: Path) -> None:
+    lines = [b'{"type":"follow","follower":"u1","followee":"u2"}']
+    lines += [b'{"type":"follow","follower":"bad id","followee":"u2"}'] * 24 + [b"{"]
+    rejects = tmp_path / "rejects.jsonl"
+    done = run_cli(
+        settings, "publish", "--file", "-", "--rejects", str(rejects), stdin=b"\n".join(lines)
+    )
+    assert done.returncode == 1
+    out = done.stdout.decode()
+    assert "published 1, rejected 25, failed 0" in out
+    assert "... and 5 more (--rejects FILE lists every one)" in out
+    rows = [orjson.loads(line) for line in rejects.read_bytes().splitlines()]
+    assert [r["line"] for r in rows] == list(range(2, 27))
+    assert rows[0]["reason"] == "follower: must be 1..64 characters from [A-Za-z0-9_.:@-]"
+    assert rows[-1]["reason"].startswith("not valid JSON")
+    assert set(rows[0]) == {"line", "reason"}
+
+
+def test_an_unwritable_rejects_file_is_an_error_before_publishing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    event = b'{"type":"follow","follower":"u1","followee":"u2"}'
+    nowhere = str(tmp_path / "missing-dir" / "rejects.jsonl")
+    done = run_cli(settings, "publish", "--file", "-", "--rejects", nowhere, stdin=event)
+    assert done.returncode == 1
+    assert done.stderr.decode().strip() == f"--rejects {nowhere}: No such file or directory"
+    assert read_topic(settings.kafka, settings.topics.graph, 1, timeout=2) == []
+
+
+def test_ids_that_start_with_a_dash_go_after_double_dash(settings: Settings) -> None:
+    done = run_cli(settings, "publish", "follow", "--", "-lead", "-x")
+    assert done.returncode == 0, done.stderr.decode()
+    (message,) = read_topic(settings.kafka, settings.topics.graph, 1)
+    event = decode_event(message.value())
+    assert (event.follower, event.followee) == ("-lead", "-x")  # type: ignore[union-attr]
+    assert message.key() == b"-x"
+    listed = run_cli(settings, "followers", "--json", "--", "-lead", "u2")
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert [orjson.loads(line)["user"] for line in listed.stdout.splitlines()] == ["-lead", "u2"]
+
+
+def test_a_bare_dash_id_fails_with_the_way_out(settings: Settings) -> None:
+    done = run_cli(settings, "followers", "-lead")
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines()[-1] == (
+        "hint: -lead was read as an option; an id that starts with '-' goes after '--', "
+        "e.g. fanout followers -- -lead"
+    )
+
+
+def test_help_says_what_the_tool_does(settings: Settings) -> None:
+    done = run_cli(settings, "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.decode().split())
+    assert "keeps a social follower graph and delivers posts into home timelines" in text
+    assert "fanout followers -- -lead" in text
+    assert "argument parsing" not in text

@@ -91,3 +91,26 @@ def test_each_consumer_takes_its_own_batch_size(settings: Settings) -> None:
     finally:
         for loop in loops:
             loop.source.close()
+
+
+def test_a_topic_prefix_isolates_cache_group_and_edge_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FANOUT_HOME", str(tmp_path))
+    for name in ("CACHE_PREFIX", "GROUP", "EDGE_STORE", "TOPIC_PREFIX"):
+        monkeypatch.delenv(f"FANOUT_{name}", raising=False)
+    default = Settings()
+    assert (default.cache_prefix, default.group) == ("tf", "fanout")
+    assert default.edge_store_url == f"sqlite:///{tmp_path / 'edges.db'}"
+
+    monkeypatch.setenv("FANOUT_TOPIC_PREFIX", "run2")
+    run2 = Settings()
+    assert (run2.cache_prefix, run2.group) == ("tf.run2", "run2")
+    assert run2.edge_store_url == f"sqlite:///{tmp_path / 'edges-run2.db'}"
+
+    monkeypatch.setenv("FANOUT_CACHE_PREFIX", "shared")
+    monkeypatch.setenv("FANOUT_GROUP", "g")
+    monkeypatch.setenv("FANOUT_EDGE_STORE", "sqlite:////tmp/x.db")
+    explicit = Settings()
+    assert (explicit.cache_prefix, explicit.group) == ("shared", "g")
+    assert explicit.edge_store_url == "sqlite:////tmp/x.db"

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from schemas import (
     EventDecodeError,
+    FanoutTask,
     Follow,
     Post,
     UserRemoved,
@@ -79,7 +80,10 @@ def test_token_injection_id_cannot_pass() -> None:
     ("payload", "field", "fragment"),
     [
         (b"not json", "", "not valid JSON"),
-        (b"\xff\xfe\x00", "", "not valid JSON"),
+        (b"\xff\xfe\x00", "", "not valid UTF-8"),
+        (b"\xef\xbb\xbf{}", "", "byte order mark"),
+        (b'{"type":"post","author":"a","post_id":"p","text":"\\ud800"}', "", "lone surrogate"),
+        (None, "", "tombstone"),
         (b"[" * 60000, "", "not valid JSON"),
         (b"[]", "", "object"),
         (b'{"follower":"a","followee":"b"}', "type", "missing event type"),
@@ -95,10 +99,14 @@ def test_token_injection_id_cannot_pass() -> None:
         (b'{"type":"post","author":"a","post_id":"p","ts":' + b"9" * 5000 + b"}", "", "JSON"),
         (b'{"type":"post","author":"a","post_id":"p","text":"' + b"x" * 5000 + b'"}', "text", ""),
         (b"x" * (1024 * 1024 + 1), "", "limit"),
-        (b"", "", "JSON"),
+        (b"", "", "empty message"),
+        (b'{"type":"user_removed","user":"u","v":true}', "v", "integer"),
+        (b'{"type":"user_removed","user":"u","v":2}', "v", ""),
     ],
 )
-def test_decode_never_crashes_and_says_why(payload: bytes, field: str, fragment: str) -> None:
+def test_decode_never_crashes_and_says_why(
+    payload: bytes | None, field: str, fragment: str
+) -> None:
     with pytest.raises(EventDecodeError) as info:
         decode_event(payload)
     assert info.value.field == field
@@ -130,6 +138,10 @@ def test_partition_keys_order_each_follower_list() -> None:
     assert partition_key(Follow(type="follow", follower="a", followee="b")) == "b"
     assert partition_key(Post(type="post", author="a", post_id="p")) == "a"
     assert partition_key(UserRemoved(type="user_removed", user="z")) == "z"
+    task = FanoutTask(
+        type="fanout_task", author="a", post_id="p", post_ts=1, chunk=3, followers=["f"]
+    )
+    assert partition_key(task) == "a/p/3"
 
 
 @given(st.text(max_size=80))

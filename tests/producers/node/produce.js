@@ -1,0 +1,56 @@
+// A producer written as a Node.js app developer would write one, for the contract test
+// (tests/producers/test_node_contract.py) and as the README's example: validate each event
+// against the shipped schema (ajv, JSON Schema 2020-12), key it by the field the schema's
+// description names, and publish it with kafkajs.
+//
+//   node produce.js BOOTSTRAP PREFIX < events.jsonl     (one JSON event per line)
+//
+// Prints {"sent": N, "rejected": [{"line": N, "errors": [...]}, ...]} and exits 1 if any line
+// was rejected. Idempotence is off: the dev broker (Tansu) refuses InitProducerId. One request
+// in flight keeps a partition's events in order across retries without it.
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+const readline = require("readline");
+const Ajv2020 = require("ajv/dist/2020");
+const { Kafka, Partitioners, logLevel } = require("kafkajs");
+
+const SCHEMA = path.join(__dirname, "..", "..", "..", "schemas", "jsonschema", "event.json");
+const KEY_FIELD = { follow: "followee", unfollow: "followee", post: "author", user_removed: "user" };
+
+async function main() {
+  const [bootstrap, prefix] = process.argv.slice(2);
+  const validate = new Ajv2020().compile(JSON.parse(fs.readFileSync(SCHEMA, "utf8")));
+  const kafka = new Kafka({ clientId: "node-producer", brokers: [bootstrap], logLevel: logLevel.ERROR });
+  const producer = kafka.producer({
+    createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as Java and EventPublisher
+    idempotent: false,
+    maxInFlightRequests: 1,
+  });
+  await producer.connect();
+  const rejected = [];
+  let sent = 0;
+  let number = 0;
+  for await (const line of readline.createInterface({ input: process.stdin })) {
+    number += 1;
+    if (!line.trim()) continue;
+    const event = JSON.parse(line);
+    if (!validate(event)) {
+      rejected.push({ line: number, errors: validate.errors.map((e) => `${e.instancePath} ${e.message}`) });
+      continue;
+    }
+    const topic = `${prefix}.${event.type === "post" ? "posts" : "graph"}`;
+    // Sent one at a time, in order; a real app would batch with producer.sendBatch.
+    await producer.send({ topic, acks: -1, messages: [{ key: event[KEY_FIELD[event.type]], value: JSON.stringify(event) }] });
+    sent += 1;
+  }
+  await producer.disconnect();
+  process.stdout.write(JSON.stringify({ sent, rejected }) + "\n");
+  process.exitCode = rejected.length ? 1 : 0;
+}
+
+main().catch((err) => {
+  process.stderr.write(`node producer: ${err.stack || err}\n`);
+  process.exitCode = 2;
+});
