@@ -69,7 +69,9 @@ class Settings(BaseSettings):
         5000, ge=1, description="max messages per graph consumer batch (follows, unfollows)"
     )
     max_poll_interval_ms: int = Field(
-        10000, ge=1000, description="librdkafka max.poll.interval.ms (rebalance timeout)"
+        10000,
+        ge=6000,  # librdkafka: at least session.timeout.ms, which is at least 6 s here
+        description="librdkafka max.poll.interval.ms (rebalance timeout)",
     )
     # The dead-letter limit (consumers/dlq_limit.py): events that fail to apply, alone, are
     # poison up to these limits and a fault of ours beyond them (the consumer halts).
