@@ -110,6 +110,21 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
     return DecodedList(frozenset(_winners(toks)), len(toks))
 
 
+def additions(data: bytes) -> list[str] | None:
+    """The members of an add-only list without positions (a timeline item), in token order,
+    duplicates kept: what ``decode`` makes a set of, without building the set or splitting twice
+    (a timeline read sorts these strings, and a list in item order is nearly sorted already).
+    None when the data is anything else (positions, removals, bytes that are not printable
+    ASCII): the caller decodes it in full."""
+    if not data.endswith(b" ") or b"#" in data or not _only_additions(data, data.count(b" ")):
+        return None
+    try:
+        text = data[1:-1].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return text.split(" +") if text.isprintable() else None
+
+
 def _only_additions(data: bytes, tokens: int) -> bool:
     """Every token starts with ``+`` and holds no other ``+`` (ids cannot contain one), and
     no token starts with ``-`` (ids may contain ``-``, but never after a space)."""
