@@ -173,7 +173,7 @@ class ListStore(TokenLists):
             return []
         return [] if idx.building else self._shards_of(key, idx)
 
-    def fetched(self, ref: ListRef, found: Mapping[bytes, Item]) -> frozenset[str] | None:
+    def fetched(self, key: bytes, found: Mapping[bytes, Item]) -> frozenset[str] | None:
         """A list's members from items someone else's multi-GET brought (its head and the
         shards the head names), when that is a committed, complete, clean list; None for
         anything else (absent, being built, a shard missing, corrupt, dirty, wasteful), which
@@ -181,8 +181,8 @@ class ListStore(TokenLists):
 
         The caller must have read each shard no earlier than a moment at which the head held
         the value in ``found`` (after it, as ``read_many`` does, or in the same batch with a
-        head value it had seen before: graph/timeline_fetch.py says why that is the same)."""
-        key = self.index_key(ref)
+        head value it had seen before: graph/timeline_fetch.py says why that is the same).
+        ``key``: the list's head key."""
         head = found.get(key)
         if head is None:
             return None

@@ -85,12 +85,12 @@ class TimelineFetch:
         self._cache = timelines.cache
         self._remembered: OrderedDict[str, _Remembered] = OrderedDict()
         self._capacity = remembered
-        self.round_trips = 0  # multi-GETs sent: one per read when warm (the bench reports it)
 
     def fetch(self, user: str) -> Fetched:
         following_ref = ListRef(ListKind.FOLLOWING, user)
         timeline_ref = ListRef(ListKind.TIMELINE, user)
-        list_key, timeline_key = self._lists.index_keys([following_ref, timeline_ref])
+        list_key = self._lists.index_key(following_ref)
+        timeline_key = self._timelines.index_key(timeline_ref)
         last = self._remembered.get(user)
         keys = [list_key, timeline_key, self._celebrity_posts.set_key]
         if last is not None:
@@ -106,7 +106,7 @@ class TimelineFetch:
                 list_key: head,
                 **self._get(self._lists.named_shards(list_key, head.value)),
             }
-        following = self._lists.fetched(following_ref, list_items)
+        following = self._lists.fetched(list_key, list_items)
         remember = following is not None and head is not None
         if following is None:
             following = self._lists.read(following_ref)
@@ -128,7 +128,6 @@ class TimelineFetch:
     def _get(self, keys: list[bytes]) -> dict[bytes, Item]:
         if not keys:
             return {}
-        self.round_trips += 1
         return self._cache.gets_many(keys)
 
     def _remember(self, user: str, last: _Remembered) -> None:

@@ -7,8 +7,8 @@ first, the first ``cap`` of those; a page is the part of the view older than a c
 the strings is sorting the entries: C comparisons, no objects per entry.
 
 A page is found by walking the sorted candidates newest first and splitting only the members
-walked: a first page of 50 costs about 50 splits however long the timeline is. The entries
-returned are parsed by the caller.
+walked: a first page of 50 costs about 50 splits however long the timeline is, and only the
+entries shown become ``TimelineEntry`` tuples.
 
 **Floors.** A walk is exact only as far down as its candidates are all known. Below the last
 member of a celebrity's posts that were cut short (only the newest were split off the item),
@@ -20,38 +20,77 @@ and the caller learns more (splits the rest, checks the timeline) and walks agai
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_left
+from itertools import islice, repeat
+
+from graph.timeline_entries import TimelineEntry
+
+_tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code; this is one C call
 
 
 def visible_page(
-    candidates: Iterable[str],
+    ascending: list[str],
     following: frozenset[str],
     cap: int,
     limit: int,
     before: str | None = None,
     floor: str = "",
-) -> list[str] | None:
-    """The members of a page: ``candidates`` sorted newest first (duplicates and authors not
-    followed included), ``before`` a cursor's member; None if the page reaches below ``floor``.
+) -> list[TimelineEntry] | None:
+    """A page, newest first: ``ascending`` holds the candidate members sorted (duplicates and
+    authors not followed included), ``before`` a cursor's member; None if the page reaches
+    below ``floor``.
 
-    Every candidate walked is counted towards ``cap`` (if it is shown) and remembered for
+    Every candidate walked counts towards ``cap`` (if it is shown) and is remembered for
     de-duplication, including those newer than ``before``: a page deep in the timeline shows
     exactly the part of the whole view below its cursor."""
-    shown: list[str] = []
+    if before is None and limit <= cap:
+        newest = _unfiltered(ascending, following, limit, floor)
+        if newest is not None:
+            return newest
+    low = bisect_left(ascending, floor) if floor else 0
+    shown: list[TimelineEntry] = []
     seen: set[str] = set()
     position = 0
-    for member in candidates:
-        if member < floor:
-            return None
-        post = member.partition("!")[2]  # "{author}!{post_id}": one post
-        if post.partition("!")[0] not in following or post in seen:
+    for member in islice(reversed(ascending), len(ascending) - low):
+        ts, _, post = member.partition("!")  # post: "{author}!{post_id}", one per post
+        author, _, post_id = post.partition("!")
+        if author not in following or post in seen:
             continue
         seen.add(post)
         position += 1
         if position > cap:
             break
         if before is None or member < before:
-            shown.append(member)
+            shown.append(_tuple(TimelineEntry, (int(ts), author, post_id)))
             if len(shown) == limit:
                 break
+    else:
+        if low:
+            return None  # everything above the floor was not enough
     return shown
+
+
+def _unfiltered(
+    ascending: list[str], following: frozenset[str], limit: int, floor: str
+) -> list[TimelineEntry] | None:
+    """A first page in bulk, when its newest candidates need no filtering (the common case):
+    the newest ``limit`` distinct members, if all are above ``floor``, all by authors followed
+    and all different posts, are exactly the first ``limit`` entries of the view. Identical
+    members (a post delivered and also merged in) are one entry. None when that does not hold:
+    the caller walks."""
+    top = list(dict.fromkeys(reversed(ascending[-2 * limit :])))[:limit]
+    if len(top) < limit or top[-1] < floor:
+        return None
+    parts = "!".join(top).split("!")
+    authors, post_ids = parts[1::3], parts[2::3]
+    if (
+        len(parts) != 3 * limit
+        or not following.issuperset(authors)
+        or len(set(zip(authors, post_ids, strict=True))) != limit
+    ):
+        return None
+    return list(
+        map(
+            _tuple, repeat(TimelineEntry), zip(map(int, parts[::3]), authors, post_ids, strict=True)
+        )
+    )

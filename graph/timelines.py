@@ -90,38 +90,40 @@ class TimelineReader:
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
     ) -> list[TimelineEntry]:
         """Newest first; ``before`` (from a cursor): only entries older than that one."""
-        members = self._members(user, limit, None if before is None else before.member)
-        return list(map(TimelineEntry.parse, members))
-
-    def _members(self, user: str, limit: int, before: str | None) -> list[str]:
         if limit < 1:
             return []
+        cursor = None if before is None else before.member
         got = self.fetcher.fetch(user)
-        delivered = sorted(got.delivered, reverse=True)  # in item order it is nearly sorted
-        # Without a cursor, a page of ``limit`` never needs more than each celebrity's newest
-        # ``limit`` posts: the celebrity whose cut comes last has that many shown above it.
-        first: int | None = limit if before is None else None
+        delivered = got.delivered
+        delivered.sort()  # in item order it is nearly sorted already
+        # Without a cursor, a page of ``limit`` usually needs no more than the newest
+        # ``2 * limit`` delivered members and each celebrity's newest ``limit`` posts; each cut
+        # is a floor for the walk (graph/timeline_view.py), and crossing one widens the read.
+        window: int | None = 2 * limit if cursor is None else None
         trimmed = len(delivered) >= self._cap  # full: maybe trimmed (see ``displaced``)
         while True:
+            first = None if window is None else limit
             recent = self.celebrity_posts.posts(got.celebrities, got.found, first)
             cut = max((r.members[-1] for r in recent if not r.complete), default="")
-            oldest = delivered[-1] if trimmed else ""
-            candidates = delivered
+            part = delivered if window is None else delivered[-window:]
+            if len(part) < len(delivered):
+                cut = max(cut, part[0])
+            oldest = delivered[0] if trimmed else ""
+            candidates = part
             if recent:
-                candidates = sorted(chain(delivered, *(r.members for r in recent)), reverse=True)
-            shown = visible_page(
-                candidates, got.following, self._cap, limit, before, max(cut, oldest)
-            )
+                candidates = sorted(chain(part, *(r.members for r in recent)))
+            floor = max(cut, oldest)
+            shown = visible_page(candidates, got.following, self._cap, limit, cursor, floor)
             if shown is not None:
                 return shown
             if cut >= oldest:
-                first = None  # split the celebrities' items in full
+                window = None  # read everything fetched, in full
                 continue
             trimmed = False
             if self.displaced(frozenset(delivered), got.following):
                 ref = ListRef(ListKind.TIMELINE, user)
                 self.timelines.invalidate([ref])
-                delivered = sorted(self.timelines.read(ref), reverse=True)
+                delivered = sorted(self.timelines.read(ref))
 
     def displaced(self, delivered: frozenset[str], following: frozenset[str]) -> bool:
         """A full timeline holding posts of authors no longer followed: a delivery that was in
@@ -138,9 +140,5 @@ class TimelineReader:
         now, the celebrities' recent posts merged in, one entry per post, newest ``cap``
         first (``fanout verify`` compares this with the store)."""
         recent = self.celebrity_posts.followed(following)
-        candidates = sorted(chain(delivered, *(r.members for r in recent)), reverse=True)
-        return list(
-            map(
-                TimelineEntry.parse, visible_page(candidates, following, self._cap, self._cap) or []
-            )
-        )
+        candidates = sorted(chain(delivered, *(r.members for r in recent)))
+        return visible_page(candidates, following, self._cap, self._cap) or []
