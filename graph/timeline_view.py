@@ -65,8 +65,8 @@ def visible_page(
             if len(shown) == limit:
                 break
     else:
-        if low:
-            return None  # everything above the floor was not enough
+        if floor:
+            return None  # everything down to the floor was not enough
     return shown
 
 
