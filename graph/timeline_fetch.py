@@ -107,7 +107,7 @@ class TimelineFetch:
                 **self._get(self._lists.named_shards(list_key, head.value)),
             }
         following = self._lists.fetched(list_key, list_items)
-        remember = following is not None and head is not None
+        accepted = None if following is None or head is None else head.value
         if following is None:
             following = self._lists.read(following_ref)
 
@@ -115,10 +115,10 @@ class TimelineFetch:
         unread = [k for k in self._celebrity_posts.keys(celebrities) if k not in found]
         if unread:
             found.update(self._get(unread))
-        if remember and head is not None:
-            self._remember(user, _Remembered(head.value, tuple(celebrities)))
-        else:
+        if accepted is None:  # read the long way: the next read starts afresh
             self._remembered.pop(user, None)
+        else:
+            self._remember(user, _Remembered(accepted, tuple(celebrities)))
 
         delivered = self._timelines.fetched(found.get(timeline_key))
         if delivered is None:
