@@ -11,7 +11,8 @@ in its group. Three paths by follower count:
   so the consumers of the group share one post's fan-out; the post's offset is committed only
   after every chunk is acknowledged by the broker;
 - more than ``celebrity_threshold`` followers: not fanned out at all; the author is recorded as a
-  celebrity (durably, before the commit) and readers merge its posts at read time.
+  celebrity (durably, before the commit), its cached recent posts are rewritten, and readers
+  merge those at read time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from consumers.positions import OFFSET_BITS, Positioned
 from consumers.pulse import Pulse, no_pulse
 from graph import EdgeStore, ListKind, ListRef, ListStore
 from graph.capped_lists import CappedListStore
+from graph.celebrity_posts import CelebrityPosts
 from graph.edges import PostRecord
 from graph.timelines import TimelineEntry
 from graph.tokens import token
@@ -59,6 +61,7 @@ class FanoutApplier:
         tasks: InternalPublisher,
         chunk_size: int,
         celebrity_threshold: int,
+        celebrity_posts: CelebrityPosts,
     ) -> None:
         self.store = store
         self.follow_lists = follow_lists
@@ -66,6 +69,7 @@ class FanoutApplier:
         self.tasks = tasks
         self.chunk_size = chunk_size
         self.celebrity_threshold = celebrity_threshold
+        self.celebrity_posts = celebrity_posts
         self.stats = FanoutStats()
 
     def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
@@ -105,6 +109,9 @@ class FanoutApplier:
             delivered_posts.append(task.post_ts)
         if celebrities:  # durable before the commit: readers merge their posts from now on
             self.store.add_celebrities(celebrities)
+            # Readers merge them from cached items: rewritten now, after the store write, so
+            # the posts show at once (graph/celebrity_posts.py has the staleness bound).
+            self.celebrity_posts.refresh(celebrities)
         self._confirm_chunks()
         appended, skipped = self.timelines.stats.appends, self.timelines.stats.skipped_absent
         for wave in waves(deliveries, APPENDS_PER_WAVE):

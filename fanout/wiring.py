@@ -14,6 +14,7 @@ from consumers.metrics import ConsumerMetrics
 from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge_store
 from graph.capped_lists import CappedListStore
+from graph.celebrity_posts import CelebrityPosts
 from graph.lists import ListStats
 from graph.timelines import TimelineReader, TimelineSource
 from producers import EventPublisher, InternalPublisher
@@ -50,10 +51,23 @@ def timeline_store(settings: Settings, store: EdgeStore, cache: MemcacheCluster)
     return CappedListStore(cache, source, _list_settings(settings, cap=settings.timeline_max))
 
 
+def celebrity_posts(
+    settings: Settings, store: EdgeStore, timelines: CappedListStore
+) -> CelebrityPosts:
+    return CelebrityPosts(
+        timelines.cache,
+        store,
+        timelines.keys,
+        settings.timeline_max,
+        settings.celebrity_cache_s,
+    )
+
+
 def timeline_reader(settings: Settings, store: EdgeStore) -> TimelineReader:
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
-    return TimelineReader(store, follow_lists, timelines, settings.timeline_max)
+    celebrities = celebrity_posts(settings, store, timelines)
+    return TimelineReader(store, follow_lists, timelines, settings.timeline_max, celebrities)
 
 
 def _loop(
@@ -111,14 +125,16 @@ def fanout_loop(
 ) -> ConsumeLoop:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
+    timelines = timeline_store(settings, store, follow_lists.cache)
     applier = FanoutApplier(
         store,
         follow_lists,
-        timeline_store(settings, store, follow_lists.cache),
+        timelines,
         # Chunk tasks are internal events: apps' publishers refuse them.
         InternalPublisher(settings.kafka, settings.topics, settings.kafka_config),
         settings.chunk_size,
         settings.celebrity_threshold,
+        celebrity_posts(settings, store, timelines),
     )
     size = settings.batch_size
     if replay is not None:  # chunk tasks are re-published from the replayed posts

@@ -20,7 +20,7 @@ from graph import fencing
 from graph.cache import Item, Outcome, keep_ttl
 from graph.keys import ListKind, ListRef
 from graph.lists import Pending, Snapshot, TokenLists
-from graph.tokens import CorruptList, compact_shards, decode, encode_members
+from graph.tokens import CorruptList, additions, compact_shards, decode, encode_members
 
 
 def shorter(ttl: int) -> int:
@@ -109,6 +109,18 @@ class CappedListStore(TokenLists):
         fencing.drop_if_unchanged(self.cache, broken)
         self.stats.invalidations += len(broken)
         return absent, building, [ref for ref in refs if keys[ref] in broken]
+
+    def fetched(self, item: Item | None) -> list[str] | None:
+        """A timeline's members from an item someone else's multi-GET brought, in item order
+        with duplicates kept (see ``additions``), when it is a committed, clean timeline; None
+        for anything else (absent, being built, corrupt, dirty), which ``read_many`` handles
+        as always (regenerate, wait, drop, compact)."""
+        if item is None or fencing.timeline_building(item.value):
+            return None
+        members = additions(item.value)
+        if members is None or self._dirty(len(set(members)), len(members)):
+            return None
+        return members
 
     def _compact(self, key: bytes, item: Item) -> bool:
         (compacted,) = compact_shards([item.value], self.settings.max_members)

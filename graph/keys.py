@@ -17,6 +17,7 @@ from typing import NamedTuple
 from schemas import all_valid_ids, is_valid_id
 
 SEP = b"|"
+CELEBRITY_POSTS = "cp"
 # memcached keys: printable ASCII without spaces, at most 250 bytes. The namespace is a setting,
 # not user input, but it is checked all the same: it must not hold the separator.
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,32}")
@@ -50,13 +51,26 @@ class KeySpace:
     def list_keys(self, kind: ListKind, users: Sequence[str]) -> list[bytes]:
         """The lists' keys, built only from valid ids (a key is the other place user input
         reaches memcached); for many users at C speed: one check, one join, one split."""
+        return self._user_keys(kind.value, users)
+
+    def celebrity_posts_keys(self, users: Sequence[str]) -> list[bytes]:
+        """``{ns}|cp|{user}``: a celebrity's recent posts (graph/celebrity_posts.py). ``cp`` is
+        no list kind, so these never meet a list's keys."""
+        return self._user_keys(CELEBRITY_POSTS, users)
+
+    def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
         if not all_valid_ids(users):
             bad = next(u for u in users if not is_valid_id(u))
             raise ValueError(f"invalid user id {bad!r}")
         if not users:
             return []
-        prefix = f"{self.namespace}|{kind.value}|"
+        prefix = f"{self.namespace}|{code}|"
         return (prefix + (" " + prefix).join(users)).encode("ascii").split(b" ")
+
+    def celebrities_key(self) -> bytes:
+        """``{ns}|celebrities``: the set of celebrities (one part after the namespace, so it
+        is no list's key and no user's)."""
+        return f"{self.namespace}|celebrities".encode("ascii")
 
     def list_key(self, ref: ListRef) -> bytes:
         return self.list_keys(ref.kind, [ref.user])[0]

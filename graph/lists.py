@@ -206,9 +206,14 @@ class TokenLists(abc.ABC):
         time.sleep(BUILD_WAIT_S)
 
     def _is_dirty(self, decoded: DecodedList) -> bool:
+        return self._dirty(len(decoded.members), decoded.tokens)
+
+    def _dirty(self, members: int, tokens: int) -> bool:
+        """Worth compacting: more dead tokens (removed, superseded, duplicated, or past the
+        cap) than ``dirty_min`` and than ``dirty_ratio`` of all tokens."""
         cap = self.settings.max_members
-        dead = decoded.dead if cap is None else decoded.tokens - min(len(decoded.members), cap)
-        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * decoded.tokens
+        dead = tokens - (members if cap is None else min(members, cap))
+        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * tokens
 
     # -- writes ------------------------------------------------------------------------------
 

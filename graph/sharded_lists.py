@@ -141,10 +141,7 @@ class ListStore(TokenLists):
                 building.append(ref)
             else:
                 indexes[ref] = idx
-        shard_keys = {
-            ref: [shard_key(keys[ref], idx.gen, s) for s in idx.shards]
-            for ref, idx in indexes.items()
-        }
+        shard_keys = {ref: self._shards_of(keys[ref], idx) for ref, idx in indexes.items()}
         shards = self.cache.gets_many([k for ks in shard_keys.values() for k in ks])
         for ref, ks in shard_keys.items():
             if any(k not in shards for k in ks):
@@ -162,6 +159,45 @@ class ListStore(TokenLists):
                 broken[ref] = heads[keys[ref]]  # read fine; dropped so the next read repacks it
         self._drop(keys, broken)
         return absent, building, [ref for ref in broken if ref not in result]
+
+    @staticmethod
+    def _shards_of(key: bytes, idx: Index) -> list[bytes]:
+        return [shard_key(key, idx.gen, s) for s in idx.shards]
+
+    def named_shards(self, key: bytes, head: bytes) -> list[bytes]:
+        """The shard keys a committed head names (none for a building or corrupt one: such a
+        list is left to ``read_many``)."""
+        try:
+            idx = Index.parse(head)
+        except CorruptList:
+            return []
+        return [] if idx.building else self._shards_of(key, idx)
+
+    def fetched(self, key: bytes, found: Mapping[bytes, Item]) -> frozenset[str] | None:
+        """A list's members from items someone else's multi-GET brought (its head and the
+        shards the head names), when that is a committed, complete, clean list; None for
+        anything else (absent, being built, a shard missing, corrupt, dirty, wasteful), which
+        ``read_many`` handles as always (rebuild, wait, drop, compact).
+
+        The caller must have read each shard no earlier than a moment at which the head held
+        the value in ``found`` (after it, as ``read_many`` does, or in the same batch with a
+        head value it had seen before: graph/timeline_fetch.py says why that is the same).
+        ``key``: the list's head key."""
+        head = found.get(key)
+        if head is None:
+            return None
+        keys = self.named_shards(key, head.value)
+        shards = [found.get(k) for k in keys]
+        if not keys or None in shards:
+            return None
+        present = [s for s in shards if s is not None]
+        try:
+            decoded = decode(s.value for s in present)
+        except CorruptList:
+            return None
+        if self._is_dirty(decoded) or self._wasteful(keys, present, decoded.members):
+            return None
+        return decoded.members
 
     def _drop(self, keys: Mapping[ListRef, bytes], broken: Mapping[ListRef, Item]) -> None:
         fencing.drop_if_unchanged(self.cache, {keys[ref]: head.cas for ref, head in broken.items()})

@@ -9,62 +9,28 @@ twice, so a read never shows it twice.
 What a reader sees is defined as: the newest ``cap`` posts by the authors the reader follows now.
 Posts of authors the reader no longer follows are filtered out at read time (cheaper and safer
 than chasing them through every timeline on unfollow); posts of celebrities, which are never
-fanned out, are merged in from the edge store at read time. Regeneration builds the same thing
+fanned out, are merged in at read time from cached answers of the edge store
+(graph/celebrity_posts.py: stale by at most a stated bound). Regeneration builds the same thing
 from the edge store, so a lost timeline comes back with the same answers.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 
-from graph.edges import EdgeStore, PostRecord
+from graph.capped_lists import CappedListStore
+from graph.celebrity_posts import CelebrityPosts
+from graph.edges import EdgeStore
 from graph.keys import ListKind, ListRef
-from graph.lists import Snapshot, TokenLists
+from graph.lists import Snapshot
+from graph.sharded_lists import ListStore
+from graph.timeline_entries import BadCursor, TimelineEntry
+from graph.timeline_fetch import TimelineFetch
+from graph.timeline_view import visible_page
 
-
-class BadCursor(ValueError):
-    """A cursor that this service did not make."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TimelineEntry:
-    ts: int
-    author: str
-    post_id: str
-
-    @property
-    def member(self) -> str:
-        return f"{self.ts:013d}!{self.author}!{self.post_id}"
-
-    @classmethod
-    def parse(cls, member: str) -> TimelineEntry:
-        ts, author, post_id = member.split("!")
-        return cls(int(ts), author, post_id)
-
-    @classmethod
-    def of(cls, post: PostRecord) -> TimelineEntry:
-        return cls(post.ts, post.author, post.post_id)
-
-    @property
-    def cursor(self) -> str:
-        """An opaque page cursor naming this entry (time, author and post id: a post id alone
-        is unique only per author)."""
-        return base64.urlsafe_b64encode(self.member.encode("ascii")).rstrip(b"=").decode()
-
-    @classmethod
-    def from_cursor(cls, cursor: str) -> TimelineEntry:
-        try:
-            member = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-            ts, author, post_id = member.split("!")
-            entry = cls(int(ts), author, post_id)
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
-        if entry.member != member:
-            raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}")
-        return entry
+__all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +57,25 @@ class TimelineSource:
 
 
 class TimelineReader:
+    """Reads home timelines: one multi-GET when warm (graph/timeline_fetch.py), a walk over the
+    member strings (graph/timeline_view.py), no store query unless something was missing.
+    Not thread-safe: one reader per thread or task."""
+
     def __init__(
-        self, store: EdgeStore, follow_lists: TokenLists, timelines: TokenLists, cap: int
+        self,
+        store: EdgeStore,
+        follow_lists: ListStore,
+        timelines: CappedListStore,
+        cap: int,
+        celebrity_posts: CelebrityPosts | None = None,
     ) -> None:
-        self._store = store
         self.follow_lists = follow_lists
         self.timelines = timelines
         self._cap = cap
+        self.celebrity_posts = celebrity_posts or CelebrityPosts(
+            timelines.cache, store, timelines.keys, cap
+        )
+        self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts)
 
     def page(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage:
         """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of
@@ -112,46 +90,55 @@ class TimelineReader:
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
     ) -> list[TimelineEntry]:
         """Newest first; ``before`` (from a cursor): only entries older than that one."""
-        following = self.follow_lists.read(ListRef(ListKind.FOLLOWING, user))
-        ref = ListRef(ListKind.TIMELINE, user)
-        delivered = self.timelines.read(ref)
-        if self.displaced(delivered, following):
-            self.timelines.invalidate([ref])
-            delivered = self.timelines.read(ref)
-        merged = self.view(delivered, following)
-        if before is not None:
-            merged = [e for e in merged if e < before]
-        return merged[:limit]
+        if limit < 1:
+            return []
+        cursor = None if before is None else before.member
+        got = self.fetcher.fetch(user)
+        delivered = got.delivered
+        delivered.sort()  # in item order it is nearly sorted already
+        # Without a cursor, a page of ``limit`` usually needs no more than the newest
+        # ``2 * limit`` delivered members and each celebrity's newest ``limit`` posts; each cut
+        # is a floor for the walk (graph/timeline_view.py), and crossing one widens the read.
+        window: int | None = 2 * limit if cursor is None else None
+        trimmed = len(delivered) >= self._cap  # full: maybe trimmed (see ``displaced``)
+        while True:
+            first = None if window is None else limit
+            recent = self.celebrity_posts.posts(got.celebrities, got.found, first)
+            cut = max((r.members[-1] for r in recent if not r.complete), default="")
+            part = delivered if window is None else delivered[-window:]
+            if len(part) < len(delivered):
+                cut = max(cut, part[0])
+            oldest = delivered[0] if trimmed else ""
+            candidates = part
+            if recent:
+                candidates = sorted(chain(part, *(r.members for r in recent)))
+            floor = max(cut, oldest)
+            shown = visible_page(candidates, got.following, self._cap, limit, cursor, floor)
+            if shown is not None:
+                return shown
+            if cut >= oldest:
+                window = None  # read everything fetched, in full
+                continue
+            trimmed = False
+            if self.displaced(frozenset(delivered), got.following):
+                ref = ListRef(ListKind.TIMELINE, user)
+                self.timelines.invalidate([ref])
+                delivered = sorted(self.timelines.read(ref))
 
     def displaced(self, delivered: frozenset[str], following: frozenset[str]) -> bool:
         """A full timeline holding posts of authors no longer followed: a delivery that was in
         flight during an unfollow (or a removal) landed after the regeneration, and trimming
-        to the cap may have pushed out older posts that the reader must see. Regenerate."""
+        to the cap may have pushed out older posts that the reader must see. Regenerate.
+        (Checked only when a page reaches the timeline's oldest entry: above it, the entries
+        of authors followed are all there.)"""
         return len(delivered) >= self._cap and any(
-            TimelineEntry.parse(m).author not in following for m in delivered
+            m.split("!")[1] not in following for m in delivered
         )
 
     def view(self, delivered: Iterable[str], following: frozenset[str]) -> list[TimelineEntry]:
-        """What a reader is shown of a cached timeline: entries of authors followed now, the
-        celebrities' recent posts merged in, one entry per post, newest ``cap`` first."""
-        celebrities = self._store.celebrities() & following
-        return self._merge(
-            (TimelineEntry.parse(m) for m in delivered),
-            self._store.recent_posts(celebrities, self._cap) if celebrities else [],
-            following,
-        )
-
-    def _merge(
-        self,
-        delivered: Iterable[TimelineEntry],
-        merged_in: Iterable[PostRecord],
-        following: frozenset[str],
-    ) -> list[TimelineEntry]:
-        entries = {e for e in delivered if e.author in following}
-        entries.update(TimelineEntry.of(p) for p in merged_in)
-        # One post is one entry, whatever its duplicates said (an entry delivered before the
-        # store settled its time): the newest wins, as in the order newest_first uses.
-        unique: dict[tuple[str, str], TimelineEntry] = {}
-        for entry in sorted(entries, reverse=True):
-            unique.setdefault((entry.author, entry.post_id), entry)
-        return list(unique.values())[: self._cap]
+        """What a reader is shown of a cached timeline, in full: entries of authors followed
+        now, the celebrities' recent posts merged in, one entry per post, newest ``cap``
+        first (``fanout verify`` compares this with the store)."""
+        recent = self.celebrity_posts.followed(following)
+        candidates = sorted(chain(delivered, *(r.members for r in recent)))
+        return visible_page(candidates, following, self._cap, self._cap) or []

@@ -249,3 +249,34 @@ def test_each_topic_admits_only_its_own_event_types(settings: Settings) -> None:
     assert dead[misplaced]["fanout.dlq.reason"].decode() == (
         f"type: post events do not belong on {settings.topics.fanout_tasks}"
     )
+
+
+def test_a_celebrity_post_shows_at_once_because_the_consumer_refreshes_the_cached_items(
+    settings: Settings,
+) -> None:
+    """The cached celebrity set and posts live an hour here, so only the fan-out consumer's
+    refresh can make a new celebrity and its posts visible; a warm read queries no store."""
+    settings = settings.model_copy(
+        update={"celebrity_threshold": 3, "celebrity_cache_s": 3600, "chunk_size": 2}
+    )
+    fans = [f"fan{i}" for i in range(5)]
+    with wiring.publisher(settings) as publisher:
+        for fan in fans:
+            publisher.publish({"type": "follow", "follower": fan, "followee": "star"})
+    consume(settings, "graph")
+    reader = wiring.timeline_reader(settings, wiring.edge_store(settings))
+    assert reader.read("fan0") == []  # caches an empty celebrity set, for an hour
+
+    def post(post_id: str) -> TimelineEntry:
+        with wiring.publisher(settings) as publisher:
+            sent = publisher.publish({"type": "post", "author": "star", "post_id": post_id})
+        loop = wiring.fanout_loop(settings, threading.Event())
+        loop.run(until_idle=2.0)
+        loop.source.close()
+        return TimelineEntry(sent.ts or 0, "star", post_id)
+
+    first = post("s1")
+    assert reader.read("fan0") == [first]
+    second = post("s2")
+    assert reader.read("fan0") == [second, first]
+    assert all(reader.read(fan) == [second, first] for fan in fans)

@@ -40,6 +40,7 @@ from consumers.graph_apply import GraphApplier
 from consumers.positions import OFFSET_BITS, Origin, Positioned, position
 from graph.cache import MemcacheCluster, Outcome
 from graph.capped_lists import CappedListStore
+from graph.celebrity_posts import CelebrityPosts
 from graph.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser
 from graph.failures import Failure as FailureClass
 from graph.keys import SEP
@@ -70,7 +71,7 @@ PROJECT_API = (
     "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
     "graph.fencing.new_generation/LEASE_S/BUILDING; graph.keys.SEP",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
-    "FanoutApplier(...).apply(batch); TimelineSource.snapshot, TimelineReader",
+    "FanoutApplier(..., CelebrityPosts).apply(batch); TimelineSource.snapshot, TimelineReader",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
     "consumers.failures.classify: which errors a consumer retries",
 )
@@ -360,10 +361,19 @@ class Process:
         self.source = TimelineSource(store, knobs.cap)
         self.timelines = CappedListStore(cache, self.source, capped, rng)
         self.graph = GraphApplier(store, self.lists)
+        # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
+        # must not expire by the wall clock, or a seed would not replay.
+        celebrities = CelebrityPosts(cache, store, self.timelines.keys, knobs.cap, LEASE_S)
         self.fanout = FanoutApplier(
-            store, self.lists, self.timelines, cast(Any, _NoChunkTasks()), 10**6, 10**9
+            store,
+            self.lists,
+            self.timelines,
+            cast(Any, _NoChunkTasks()),
+            10**6,
+            10**9,
+            celebrities,
         )
-        self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap)
+        self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap, celebrities)
 
     def apply(self, events: Sequence[Event]) -> None:
         """One batch, as the consumer of its topic applies it."""

@@ -1,0 +1,137 @@
+"""Everything a timeline read needs, in one round trip per memcached server.
+
+A read needs the reader's following list (its head item, then the shards the head names), its
+timeline item, the celebrity set and the recent-posts items of the celebrities it follows
+(graph/celebrity_posts.py). In dependency order that is three or four round trips. Here it is
+one multi-GET: the fetcher remembers, per user (in-process, least recently used first out), the
+following list's head value and the celebrities the user followed at its last read, and asks
+for the shards that head names and those celebrities' items in the same batch as the head.
+
+The batch's shards are used only if the head it brought back **equals** the remembered value.
+Otherwise (a first read, or the list changed since) the shards the new head names are read in a
+second round trip, after the head, exactly as ``read_many`` reads them; celebrities followed
+now but not remembered cost a round trip too. Anything unusual about the list (absent, being
+built, a shard missing, corrupt, dirty) goes through ``read_many`` itself, rebuild and all.
+
+**Why shards read in the same batch as the head are as good as shards read after it.** Let R be
+the remembered head value, which this process read at time t0, and let the batch read the head
+at t_h (finding R) and a shard at t_s. Both come after t0 (the batch is sent after that read
+completed), and t_s may come before t_h (keys live on different servers). A head never holds the
+same value twice: a committed head names its generation, which is fresh for every claim; within
+a generation the head only grows (a rollover appends a shard name, graph/sharded_lists.py);
+invalidation, eviction and expiry delete it, and whatever is written next names a new
+generation. So a head that held R at t0 and at t_h held R throughout, and at t_s in particular.
+Reading the head just before t_s (finding R) and the shard at t_s is an execution of the
+sequential reader, and the batch's result is that execution's result. The keys asked for are
+the ones that reader would ask for: they are derived from R, and a shard's key (generation and
+a name never reused) belongs to R's generation alone. Shards are append-only within a
+generation (a compaction rewrites one keeping every token that decides membership), so what a
+shard holds at t_s is all that sequential reader would see of it at t_s. Nothing in the write,
+rebuild or compaction protocol changes: a reader only chooses when to send its shard GETs.
+
+**The timeline and the celebrity items in the same batch.** Those are separate items, each read
+through its own validation (``CappedListStore.fetched``, ``CelebrityPosts``), and no guarantee
+relates the instants at which a reader reads them: the sequential reader read the following
+list, then the timeline, with writes free to land in between, in either item. Once writes stop,
+every read returns the view of the store, whichever order its GETs ran in.
+
+Not thread-safe (neither is ``MemcacheCluster``): one fetcher per thread or task.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from graph.cache import Item
+from graph.capped_lists import CappedListStore
+from graph.celebrity_posts import CelebrityPosts
+from graph.keys import ListKind, ListRef
+from graph.sharded_lists import ListStore
+
+# Users whose last read is remembered: ~150 bytes each (a head value, a tuple of names).
+REMEMBERED_USERS = 1 << 15
+
+
+class _Remembered(NamedTuple):
+    head: bytes  # the following list's head as last read (a committed index)
+    celebrities: tuple[str, ...]  # celebrities the user followed then
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one read found: the following list, the timeline's members in item order
+    (duplicates kept), the celebrities followed, and the items read (their posts are split
+    from these by the caller, as far as it needs)."""
+
+    following: frozenset[str]
+    delivered: list[str]
+    celebrities: list[str]
+    found: dict[bytes, Item]
+
+
+class TimelineFetch:
+    def __init__(
+        self,
+        follow_lists: ListStore,
+        timelines: CappedListStore,
+        celebrity_posts: CelebrityPosts,
+        remembered: int = REMEMBERED_USERS,
+    ) -> None:
+        self._lists = follow_lists
+        self._timelines = timelines
+        self._celebrity_posts = celebrity_posts
+        self._cache = timelines.cache
+        self._remembered: OrderedDict[str, _Remembered] = OrderedDict()
+        self._capacity = remembered
+
+    def fetch(self, user: str) -> Fetched:
+        following_ref = ListRef(ListKind.FOLLOWING, user)
+        timeline_ref = ListRef(ListKind.TIMELINE, user)
+        list_key = self._lists.index_key(following_ref)
+        timeline_key = self._timelines.index_key(timeline_ref)
+        last = self._remembered.get(user)
+        keys = [list_key, timeline_key, self._celebrity_posts.set_key]
+        if last is not None:
+            keys += self._lists.named_shards(list_key, last.head)
+            keys += self._celebrity_posts.keys(last.celebrities)
+        found = self._get(keys)
+
+        head = found.get(list_key)
+        list_items = found
+        if head is not None and (last is None or head.value != last.head):
+            # Not the head remembered: its shards are read now, after it (the plain protocol).
+            list_items = {
+                list_key: head,
+                **self._get(self._lists.named_shards(list_key, head.value)),
+            }
+        following = self._lists.fetched(list_key, list_items)
+        accepted = None if following is None or head is None else head.value
+        if following is None:
+            following = self._lists.read(following_ref)
+
+        celebrities = sorted(self._celebrity_posts.celebrities(found) & following)
+        unread = [k for k in self._celebrity_posts.keys(celebrities) if k not in found]
+        if unread:
+            found.update(self._get(unread))
+        if accepted is None:  # read the long way: the next read starts afresh
+            self._remembered.pop(user, None)
+        else:
+            self._remember(user, _Remembered(accepted, tuple(celebrities)))
+
+        delivered = self._timelines.fetched(found.get(timeline_key))
+        if delivered is None:
+            delivered = list(self._timelines.read(timeline_ref))
+        return Fetched(following, delivered, celebrities, found)
+
+    def _get(self, keys: list[bytes]) -> dict[bytes, Item]:
+        if not keys:
+            return {}
+        return self._cache.gets_many(keys)
+
+    def _remember(self, user: str, last: _Remembered) -> None:
+        self._remembered[user] = last
+        self._remembered.move_to_end(user)
+        while len(self._remembered) > self._capacity:
+            self._remembered.popitem(last=False)
