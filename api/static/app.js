@@ -87,7 +87,7 @@ const timeline = pager(
     const when = document.createElement("span");
     when.className = "when";
     when.textContent = new Date(post.ts).toLocaleString();
-    return item(userLink(post.author), " ", id, when);
+    return item(userLink(post.author), " ", id, " ", when);
   },
 );
 
