@@ -129,3 +129,13 @@ class Settings(BaseSettings):
     @property
     def edge_store_url(self) -> str:
         return self.edge_store or f"sqlite:///{fanout_home() / 'edges.db'}"
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """This process's environment plus what makes a ``fanout`` subprocess use exactly these
+    settings (``kafka_config``, a dict, is not passed: set FANOUT_KAFKA_CONFIG yourself)."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump().items():
+        if value is not None and not isinstance(value, dict):
+            env[f"FANOUT_{name.upper()}"] = str(value)
+    return env
