@@ -6,7 +6,7 @@ The graph (each user follows 20 others; 5 posts per user over the last day) is w
 edge store directly, and every timeline is materialised in memcached before the server starts,
 as the consumers would leave them; the read path is the one after that. Timeline paths cycle
 through every user (each wrk thread from its own offset), so reads spread over the cache
-instead of hitting one hot item. ``FANOUT_BENCH_API_WORKERS`` (default 1) sets ``fanout serve
+instead of hitting one hot item. ``FANOUT_BENCH_API_WORKERS`` (default 2, one per core here) sets ``fanout serve
 --workers``; ``FANOUT_API_THREADS`` and the other API settings pass through the environment.
 """
 
@@ -33,7 +33,7 @@ LIMIT = 50
 def run(settings: Settings, report: Report) -> None:
     users = 1_000 if report.quick else 10_000
     seconds = 1.0 if report.quick else 8.0
-    workers = os.environ.get("FANOUT_BENCH_API_WORKERS", "1")
+    workers = os.environ.get("FANOUT_BENCH_API_WORKERS", "2")
     with sandbox(settings, "bapi") as s:
         names = _build_graph(s, users)
         warm_s = _materialise(s, names)
