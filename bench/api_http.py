@@ -6,8 +6,9 @@ The graph (each user follows 20 others; 5 posts per user over the last day) is w
 edge store directly, and every timeline is materialised in memcached before the server starts,
 as the consumers would leave them; the read path is the one after that. Timeline paths cycle
 through every user (each wrk thread from its own offset), so reads spread over the cache
-instead of hitting one hot item. ``FANOUT_BENCH_API_WORKERS`` (default 2, one per core here) sets ``fanout serve
---workers``; ``FANOUT_API_THREADS`` and the other API settings pass through the environment.
+instead of hitting one hot item. ``FANOUT_BENCH_API_WORKERS`` (default 2, one per core here)
+sets ``fanout serve --workers``; ``FANOUT_API_THREADS`` and the other API settings pass through
+the environment.
 """
 
 from __future__ import annotations
