@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from api.consumer_lag import ConsumerLag
 from graph.edges import EdgeStore
 from graph.lists import TokenLists
 from graph.timelines import TimelineReader
@@ -30,11 +31,13 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class Backends:
     """One thread's connections. The follower/following lists and the cache are the timeline
-    reader's own (one set of memcached connections per thread)."""
+    reader's own (one set of memcached connections per thread). ``lag`` is the exception: one
+    per process, shared by every thread (it locks)."""
 
     store: EdgeStore
     timelines: TimelineReader
     open_publisher: Callable[[], EventPublisher]
+    lag: ConsumerLag
     _publisher: EventPublisher | None = field(default=None, init=False)
 
     @property
@@ -53,6 +56,7 @@ class Backends:
             self._publisher.flush(1.0)
         self.lists.cache.close()
         self.store.close()
+        self.lag.close()
 
 
 _Task = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], asyncio.AbstractEventLoop]

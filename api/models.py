@@ -46,6 +46,26 @@ class Ready(BaseModel):
     checks: dict[str, str] = Field(description="per dependency: ok, or why not")
 
 
+class TopicLag(BaseModel):
+    topic: str
+    committed: int = Field(description="the group's committed offsets, summed over partitions")
+    end: int = Field(description="high watermarks, summed over partitions")
+    lag: int = Field(description="messages not yet applied (approximate on Tansu)")
+
+
+class ConsumerLagBody(BaseModel):
+    consumer: str = Field(description="graph or fanout")
+    group: str = Field(description="its Kafka consumer group")
+    lag: int
+    committed: int = Field(description="rate = its rise between two snapshots over their `at`")
+    topics: list[TopicLag]
+
+
+class Stats(BaseModel):
+    at: int = Field(description="when the offsets were read, ms since the epoch")
+    consumers: list[ConsumerLagBody]
+
+
 class FieldErrorBody(BaseModel):
     field: str = Field(description="parameter name or dotted path in the body")
     rule: str
@@ -71,6 +91,9 @@ MODELS: tuple[type[BaseModel], ...] = (
     Accepted,
     Health,
     Ready,
+    TopicLag,
+    ConsumerLagBody,
+    Stats,
     FieldErrorBody,
     ProblemBody,
 )

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "list-reads": "bench.list_reads",
     "contended-unfollow": "bench.contended_unfollow",
     "timeline-reads": "bench.timeline_reads",
+    "api": "bench.api_http",
 }
 
 

@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks (JSON and a PNG under bench/results)")
     p.add_argument(
         "name",
-        help="fanout-rate, graph-ingest, list-reads, contended-unfollow, timeline-reads or all",
+        help="fanout-rate, graph-ingest, list-reads, contended-unfollow, timeline-reads, api "
+        "or all",
     )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default="bench/results")

@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from api.app import create_app
 from api.auth import AuthConfigError, TokenVerifier
 from api.backends import Backends
+from api.consumer_lag import ConsumerLag, WatchedGroup
 from api.settings import ApiSettings
 from fanout import wiring
 from fanout.settings import Settings
@@ -42,11 +43,28 @@ def open_backends(settings: Settings, api: ApiSettings) -> Callable[[], Backends
     def publisher() -> EventPublisher:
         return EventPublisher(settings.kafka, settings.topics, kafka_config)
 
+    lag = ConsumerLag(
+        settings.kafka, watched_groups(settings), settings.kafka_config, api.ready_timeout_s
+    )
+
     def opened() -> Backends:
         store = wiring.edge_store(settings)
-        return Backends(store, wiring.timeline_reader(settings, store), publisher)
+        return Backends(store, wiring.timeline_reader(settings, store), publisher, lag)
 
     return opened
+
+
+def watched_groups(settings: Settings) -> list[WatchedGroup]:
+    """The groups ``fanout consume graph|fanout`` join (fanout/wiring.py names them)."""
+    topics = settings.topics
+    return [
+        WatchedGroup("graph", wiring.group_id(settings, "graph"), (topics.graph,)),
+        WatchedGroup(
+            "fanout",
+            wiring.group_id(settings, "fanout"),
+            (topics.posts, topics.fanout_tasks),
+        ),
+    ]
 
 
 def build_app() -> Starlette:

@@ -160,3 +160,13 @@ class Settings(BaseSettings):
         isolated = self.topic_prefix != DEFAULT_TOPIC_PREFIX
         name = f"edges-{self.topic_prefix}.db" if isolated else "edges.db"
         return f"sqlite:///{fanout_home() / name}"
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """This process's environment plus what makes a ``fanout`` subprocess use exactly these
+    settings (``kafka_config``, a dict, is not passed: set FANOUT_KAFKA_CONFIG yourself)."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump().items():
+        if value is not None and not isinstance(value, dict):
+            env[f"FANOUT_{name.upper()}"] = str(value)
+    return env

@@ -70,6 +70,11 @@ def timeline_reader(settings: Settings, store: EdgeStore) -> TimelineReader:
     return TimelineReader(store, follow_lists, timelines, settings.timeline_max, celebrities)
 
 
+def group_id(settings: Settings, consumer: str) -> str:
+    """The Kafka consumer group of ``fanout consume CONSUMER`` (and of its replays)."""
+    return f"{settings.group}.{consumer}"
+
+
 def _loop(
     settings: Settings,
     name: str,
@@ -79,7 +84,7 @@ def _loop(
     batch_size: int,
     assignment: list[TopicPartition] | None = None,
 ) -> ConsumeLoop:
-    group = f"{settings.group}.{name}"
+    group = group_id(settings, name)
     source = KafkaSource(
         settings.kafka,
         group,

@@ -22,7 +22,7 @@ _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
 from fanout import stack  # noqa: E402
-from fanout.settings import Settings  # noqa: E402
+from fanout.settings import Settings, environment  # noqa: E402
 from graph import ListSettings, ListStore, MemcacheCluster  # noqa: E402
 from graph.sqlite_edges import SqliteEdgeStore  # noqa: E402
 from producers import create_topics  # noqa: E402
@@ -106,11 +106,7 @@ def pytest_report_header() -> list[str]:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a `fanout` subprocess use exactly these settings."""
-    env = dict(os.environ)
-    for name, value in settings.model_dump().items():
-        if value is not None and not isinstance(value, dict):
-            env[f"FANOUT_{name.upper()}"] = str(value)
-    return env
+    return environment(settings)
 
 
 def run_cli(

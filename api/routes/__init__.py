@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.routes import events, health, meta, timelines, users
+from api.routes import events, health, meta, page, stats, timelines, users
 from api.routing import ApiRoute
 
 ROUTES: tuple[ApiRoute, ...] = (
@@ -11,4 +11,6 @@ ROUTES: tuple[ApiRoute, ...] = (
     *events.ROUTES,
     *health.ROUTES,
     *meta.ROUTES,
+    *stats.ROUTES,
+    *page.ROUTES,
 )

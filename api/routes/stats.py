@@ -1,0 +1,48 @@
+"""``GET /v1/stats``: the consumers' lag and committed offsets, read from the broker
+(api/consumer_lag.py says why and how exact). Public unless ``FANOUT_API_PRIVATE_LISTS``, like
+the lists: it tells how fresh timelines are, nothing about any user."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api.backends import Backends
+from api.context import context
+from api.problems import unavailable
+from api.routing import ApiRoute, dumps, json_response, problems, responds
+
+
+def read_stats(backends: Backends) -> bytes:
+    return dumps(backends.lag.snapshot())
+
+
+async def stats(request: Request) -> Response:
+    ctx = context(request)
+    ctx.guard.read_lists(request)
+    try:
+        return json_response(await ctx.pool.run(read_stats))
+    except KafkaException as exc:
+        detail = f"the broker did not answer: {exc}"
+        raise unavailable(ctx.settings.retry_after_s, detail[:300]) from None
+
+
+ROUTES = (
+    ApiRoute(
+        "/v1/stats",
+        "GET",
+        stats,
+        {
+            "operationId": "getStats",
+            "summary": "The consumers' lag and committed offsets, from the broker",
+            "description": "Lag is committed offsets against high watermarks per consumer "
+            "group (approximate on the Tansu dev broker). Rates: the rise of `committed` "
+            "between two snapshots over their `at`. Public unless FANOUT_API_PRIVATE_LISTS.",
+            "responses": {
+                **responds(200, "Stats", "one snapshot"),
+                **problems(401, 503),
+            },
+        },
+    ),
+)

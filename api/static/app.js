@@ -1,0 +1,176 @@
+// The page at `/`: a user's home timeline, followers and following, and the consumers' lag,
+// read from this API only (same origin, no build step, no third-party code). The user shown
+// is in the location hash (#user=ID), so the back button walks back through the graph. Text
+// from the API is only ever set with textContent, never parsed as HTML.
+"use strict";
+
+const TIMELINE_PAGE = 20;
+const LIST_PAGE = 50;
+const STATS_EVERY_MS = 3000;
+const TOKEN_KEY = "fanout-token";
+
+const $ = (id) => document.getElementById(id);
+let current = null; // the user shown
+let previousStats = null; // the last /v1/stats snapshot, for rates
+
+class ApiError extends Error {}
+
+async function api(path) {
+  const headers = { Accept: "application/json" };
+  const token = $("token").value.trim();
+  if (token) headers.Authorization = "Bearer " + token;
+  const response = await fetch(path, { headers });
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    let why = body && body.detail ? body.detail : response.statusText;
+    if (response.status === 401) why += " (paste a bearer token above)";
+    throw new ApiError(`${response.status}: ${why}`);
+  }
+  return body;
+}
+
+function showError(error) {
+  $("error").textContent = error ? String(error.message || error) : "";
+}
+
+function userLink(user) {
+  const a = document.createElement("a");
+  a.className = "user";
+  a.href = "#user=" + encodeURIComponent(user);
+  a.textContent = user;
+  return a;
+}
+
+function item(...children) {
+  const li = document.createElement("li");
+  li.append(...children);
+  return li;
+}
+
+// A paged list: `fetchPage(cursor)` answers {items, next}; "more" appends the next page.
+function pager(listId, moreId, fetchPage, render) {
+  let next = null;
+  let generation = 0; // a newer reset makes an older page's answer moot
+  async function load(reset) {
+    const mine = reset ? ++generation : generation;
+    if (reset) {
+      $(listId).replaceChildren();
+      next = null;
+    }
+    const page = await fetchPage(next);
+    if (mine !== generation) return page;
+    $(listId).append(...page.items.map(render));
+    next = page.next;
+    $(moreId).hidden = next === null;
+    return page;
+  }
+  $(moreId).addEventListener("click", () => load(false).then(() => showError(null), showError));
+  return load;
+}
+
+const q = encodeURIComponent;
+
+const timeline = pager(
+  "timeline",
+  "timeline-more",
+  async (cursor) => {
+    let path = `/v1/timelines/${q(current)}?limit=${TIMELINE_PAGE}`;
+    if (cursor) path += `&cursor=${q(cursor)}`;
+    const body = await api(path);
+    $("timeline-end").hidden = body.next !== null;
+    return { items: body.posts, next: body.next };
+  },
+  (post) => {
+    const id = document.createElement("span");
+    id.className = "post-id";
+    id.textContent = post.post_id;
+    const when = document.createElement("span");
+    when.className = "when";
+    when.textContent = new Date(post.ts).toLocaleString();
+    return item(userLink(post.author), " ", id, " ", when);
+  },
+);
+
+function members(kind) {
+  return pager(
+    kind,
+    `${kind}-more`,
+    async (cursor) => {
+      let path = `/v1/users/${q(current)}/${kind}?limit=${LIST_PAGE}`;
+      if (cursor) path += `&cursor=${q(cursor)}`;
+      const body = await api(path);
+      $(`${kind}-count`).textContent = String(body.count);
+      return { items: body.members, next: body.next };
+    },
+    (member) => item(userLink(member)),
+  );
+}
+const followers = members("followers");
+const following = members("following");
+
+async function show(user) {
+  current = user;
+  $("user").value = user;
+  $("current-user").textContent = user;
+  $("current-user").className = "";
+  for (const kind of ["followers", "following"]) $(`${kind}-count`).textContent = "…";
+  // Settled one by one: a timeline refused to this token still shows the public lists.
+  const results = await Promise.allSettled([timeline(true), followers(true), following(true)]);
+  const failed = results.find((r) => r.status === "rejected");
+  showError(failed ? failed.reason : null);
+}
+
+function userFromHash() {
+  const match = /^#user=(.+)$/.exec(location.hash);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+async function refreshStats() {
+  let snapshot;
+  try {
+    snapshot = await api("/v1/stats");
+  } catch (error) {
+    $("stats").replaceChildren(item(`unavailable: ${error.message}`));
+    return;
+  }
+  const before = new Map((previousStats ? previousStats.consumers : []).map((c) => [c.consumer, c]));
+  const seconds = previousStats ? (snapshot.at - previousStats.at) / 1000 : 0;
+  $("stats").replaceChildren(
+    ...snapshot.consumers.map((c) => {
+      const tr = document.createElement("tr");
+      tr.dataset.consumer = c.consumer;
+      const old = before.get(c.consumer);
+      const rate = old && seconds > 0 ? ((c.committed - old.committed) / seconds).toFixed(1) : "…";
+      for (const text of [c.consumer, String(c.lag), rate, String(c.committed)]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.append(td);
+      }
+      return tr;
+    }),
+  );
+  previousStats = snapshot;
+}
+
+$("pick").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const user = $("user").value.trim();
+  if (!user) return;
+  const hash = "#user=" + encodeURIComponent(user);
+  if (location.hash === hash) show(user); // no hashchange: reload what is shown
+  else location.hash = hash;
+});
+$("token").value = sessionStorage.getItem(TOKEN_KEY) || "";
+$("token").addEventListener("change", () => {
+  sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+  if (current) show(current);
+});
+window.addEventListener("hashchange", () => {
+  const user = userFromHash();
+  if (user) show(user);
+});
+
+const first = userFromHash();
+if (first) show(first);
+refreshStats();
+setInterval(refreshStats, STATS_EVERY_MS);
