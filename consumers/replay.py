@@ -8,12 +8,13 @@ offset is found by scanning the partition instead.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 READ_TIMEOUT_S = 5.0
 
@@ -54,6 +55,8 @@ class _Probe:
                 "bootstrap.servers": bootstrap,
                 "group.id": f"fanout-probe-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
+                # The end of a partition is reported, not waited out for READ_TIMEOUT_S.
+                "enable.partition.eof": True,
                 **(extra or {}),
             }
         )
@@ -84,9 +87,15 @@ class _Probe:
         return last
 
     def _next(self) -> Message | None:
-        for msg in self.consumer.consume(1, READ_TIMEOUT_S):
-            if msg.error() is None:
-                return msg
+        """The next message, or None at the end of the partition (or after READ_TIMEOUT_S)."""
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            for msg in self.consumer.consume(1, left):
+                error = msg.error()
+                if error is None:
+                    return msg
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return None
         return None
 
     def by_time(self, partitions: list[int], ts_ms: int) -> dict[int, int]:
