@@ -76,7 +76,7 @@ class TokenVerifier:
         sub, scope = claims["sub"], claims.get("scope", "")
         if not isinstance(sub, str) or not isinstance(scope, str):
             raise unauthorized("invalid token: sub and scope must be strings", "invalid_token")
-        return Principal(sub, frozenset(scope.split()))
+        return Principal(sub, frozenset(s for s in scope.split(" ") if s))  # RFC 6749: spaces only
 
 
 def unauthorized(detail: str, error: str | None = None) -> Problem:
@@ -135,7 +135,10 @@ class Guard:
 
     @staticmethod
     def publish_for(who: Principal | None, events: list[AnyEvent]) -> None:
-        """Each event's actor is the token's ``sub``, unless it has ``fanout:publish-all``."""
+        """Each event's actor is the token's ``sub``, and its time is the server's, unless the
+        token has ``fanout:publish-all``. The time is part of every edge's position (greatest
+        wins), so a user choosing it could date a follow after another user's later removal,
+        or pin a post above everyone's newer ones."""
         if who is None or PUBLISH_ALL in who.scopes:
             return
         foreign = [i for i, e in enumerate(events) if actor(e) != who.sub]
@@ -144,4 +147,11 @@ class Guard:
                 f"without scope {PUBLISH_ALL} a token publishes only events whose actor is its "
                 f"sub; events {foreign[:10]} act for other users",
                 {"indexes": foreign},
+            )
+        dated = [i for i, e in enumerate(events) if e.ts is not None]
+        if dated:
+            raise forbidden(
+                f"without scope {PUBLISH_ALL} a token cannot set ts (the server stamps it); "
+                f"events {dated[:10]} carry one",
+                {"indexes": dated},
             )

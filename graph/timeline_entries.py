@@ -53,6 +53,6 @@ class TimelineEntry(NamedTuple):
             entry = cls(int(ts), author, post_id)
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
-        if entry.member != member:
+        if entry.member != member or not ts.isdigit():  # no sign, no spaces: a member's own form
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}")
         return entry

@@ -124,6 +124,21 @@ def test_publishing_needs_the_scope_and_acts_only_for_the_sub(secured: TestClien
     assert secured.post("/v1/events", json=follow).status_code == 401
 
 
+def test_a_user_token_cannot_date_its_events_or_widen_its_scopes(secured: TestClient) -> None:
+    """The time orders everyone's events (a far-future follow would outlive the followee's
+    removal): only the server, or a publish-all backend, sets it. Scopes split on spaces only
+    (RFC 6749), so a no-break space does not smuggle a second scope in."""
+    dated = {"type": "follow", "follower": "alice", "followee": "carol", "ts": 2**43 - 1}
+    publisher = bearer(hs256("alice", "fanout:publish"))
+    response = secured.post("/v1/events", json=[dated], headers=publisher)
+    assert response.status_code == 403 and response.json()["indexes"] == [0]
+    backend = bearer(hs256("app", "fanout:publish fanout:publish-all"))
+    assert secured.post("/v1/events", json=[dated], headers=backend).status_code == 202
+    smuggled = bearer(hs256("alice", "fanout:publish\u00a0fanout:publish-all"))
+    foreign = {"type": "post", "author": "bob", "post_id": "p9"}
+    assert secured.post("/v1/events", json=[foreign], headers=smuggled).status_code == 403
+
+
 def test_tokens_never_reach_the_logs(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     tokens = [

@@ -3,6 +3,7 @@ the same view as the definition (a model here), and cached celebrity posts withi
 
 from __future__ import annotations
 
+import base64
 import random
 import time
 from collections import Counter
@@ -17,7 +18,7 @@ from graph.capped_lists import CappedListStore
 from graph.celebrity_posts import CelebrityPosts
 from graph.edges import EdgeStore, PostRecord
 from graph.sqlite_edges import SqliteEdgeStore
-from graph.timelines import TimelineEntry, TimelineReader, TimelineSource
+from graph.timelines import BadCursor, TimelineEntry, TimelineReader, TimelineSource
 from graph.tokens import token
 from tests.graph.contention import write
 
@@ -271,3 +272,14 @@ def test_a_celebrity_post_is_shown_at_once_when_refreshed_and_within_the_bound_o
     reset(s)
     s.reader.read("me")
     assert s.store.calls == {}  # warm again: the items were rebuilt once, then cached
+
+
+@pytest.mark.parametrize(
+    "member", ["-000000000001!u2!p1", "+000000000001!u2!p1", "0000000000001!u2", "x!u2!p1"]
+)
+def test_only_cursors_naming_a_member_of_our_own_form_are_accepted(member: str) -> None:
+    entry = TimelineEntry(1_700_000_000_000, "u2", "p1")
+    assert TimelineEntry.from_cursor(entry.cursor) == entry
+    forged = base64.urlsafe_b64encode(member.encode()).rstrip(b"=").decode()
+    with pytest.raises(BadCursor):
+        TimelineEntry.from_cursor(forged)
