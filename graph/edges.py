@@ -123,7 +123,9 @@ class EdgeStore(Protocol):
     def is_following(self, follower: str, followee: str) -> bool: ...
 
     def users(self) -> Iterator[str]:
-        """Every user with at least one active edge, in either direction."""
+        """Every user with at least one edge, active or not, in either direction: a user whose
+        last edge was switched off can still have a stale cached list, so ``fanout verify``
+        samples and ``rebuild-cache`` rewrites from this."""
         ...
 
     def known_users(self, users: Collection[str]) -> set[str]:

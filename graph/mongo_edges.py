@@ -215,8 +215,8 @@ class MongoEdgeStore(StoreQueries):
         return doc is not None
 
     def users(self) -> Iterator[str]:
-        names = set(self._followers.distinct("_f", {"a": True}))
-        names.update(self._followers.distinct("_t", {"a": True}))
+        names = set(self._followers.distinct("_f"))
+        names.update(self._followers.distinct("_t"))
         yield from sorted(names)
 
     def known_users(self, users: Iterable[str]) -> set[str]:

@@ -212,8 +212,7 @@ class SqliteEdgeStore(StoreQueries):
         yield from (
             r[0]
             for r in self._db.execute(
-                "SELECT followee FROM edges WHERE active = 1 UNION "
-                "SELECT follower FROM edges WHERE active = 1 ORDER BY 1"
+                "SELECT followee FROM edges UNION SELECT follower FROM edges ORDER BY 1"
             )
         )
 

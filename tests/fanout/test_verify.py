@@ -49,3 +49,17 @@ def test_verify_finds_exports_and_repairs_divergence(settings: Settings, tmp_pat
     }
     again = run_cli(settings, "verify", "star")
     assert again.returncode == 0 and "not cached 0, divergent 0" in again.stdout.decode()
+
+
+def test_a_sampled_verify_reaches_users_whose_last_edge_went_away(settings: Settings) -> None:
+    """b's only follower unfollowed: b has no active edge, but a stale cached list of b (a
+    resurrected follower) must still be sampled, not only checked when named."""
+    store = wiring.edge_store(settings)
+    store.apply([EdgeChange("a", "b", True, 1), EdgeChange("a", "b", False, 2)])
+    lists = wiring.list_store(settings, store)
+    ref = ListRef(ListKind.FOLLOWERS, "b")
+    lists.read_many([ref])
+    lists.apply({ref: [(True, "a", 1)]})  # a late addition with no read-back (a zombie's)
+    found = run_cli(settings, "verify", "--sample", "100")
+    assert found.returncode == 1, found.stdout.decode()
+    assert "b: extra ['a']" in found.stdout.decode()
