@@ -157,8 +157,12 @@ class CappedListStore(TokenLists):
         return [by_key[k] for k in full if k not in dropped]
 
     def _trim(self, key: bytes, item: Item) -> bool:
-        """Compact a timeline that an append found full; False if that frees nothing."""
-        (compacted,) = compact_shards([item.value], self.settings.max_members)
+        """Compact a timeline that an append found full; False if that frees nothing (or the
+        item is corrupt: the caller drops it, and its next reader regenerates it)."""
+        try:
+            (compacted,) = compact_shards([item.value], self.settings.max_members)
+        except CorruptList:
+            return False
         if len(compacted) >= len(item.value):
             return False
         outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))

@@ -24,6 +24,7 @@ from bisect import bisect_left
 from itertools import islice, repeat
 
 from graph.timeline_entries import TimelineEntry
+from graph.tokens import CorruptList
 
 _tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code; this is one C call
 
@@ -54,6 +55,8 @@ def visible_page(
     for member in islice(reversed(ascending), len(ascending) - low):
         ts, _, post = member.partition("!")  # post: "{author}!{post_id}", one per post
         author, _, post_id = post.partition("!")
+        if not post_id:  # token-shaped, yet not a member of ours: bytes corrupted outside
+            raise CorruptList(f"not a timeline member: {member[:60]!r}")
         if author not in following or post in seen:
             continue
         seen.add(post)

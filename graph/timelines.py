@@ -89,10 +89,21 @@ class TimelineReader:
     def read(
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
     ) -> list[TimelineEntry]:
-        """Newest first; ``before`` (from a cursor): only entries older than that one."""
+        """Newest first; ``before`` (from a cursor): only entries older than that one.
+
+        A timeline whose members are not of our own form (bytes corrupted outside: every
+        writer here writes members through ``TimelineEntry``) is dropped and regenerated, as a
+        corrupt list is (README "Broken lists"); found when a read walks the bad member."""
         if limit < 1:
             return []
         cursor = None if before is None else before.member
+        try:
+            return self._read(user, limit, cursor)
+        except (ValueError, IndexError):  # CorruptList, a time not a number, a member without "!"
+            self.timelines.invalidate([ListRef(ListKind.TIMELINE, user)])
+            return self._read(user, limit, cursor)
+
+    def _read(self, user: str, limit: int, cursor: str | None) -> list[TimelineEntry]:
         got = self.fetcher.fetch(user)
         delivered = got.delivered
         delivered.sort()  # in item order it is nearly sorted already

@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.cache import MemcacheCluster
+from graph.cache import MemcacheCluster, Outcome
 from graph.capped_lists import CappedListStore
 from graph.celebrity_posts import CelebrityPosts
 from graph.edges import EdgeStore, PostRecord
@@ -245,6 +245,26 @@ def test_a_corrupt_timeline_item_is_regenerated(setup: Setup) -> None:
     entry = s.post("a", "p1", 1000, ["me"])
     key = s.timelines.index_key(ListRef(ListKind.TIMELINE, "me"))
     s.cache.set_many({key: b"not a token list"})
+    assert s.reader.read("me") == [entry]
+    # Token-shaped, yet not members of ours: what decodes is not what a reader can show.
+    for junk in (b"+junk ", b"+x!a!p9 ", b"+0000000001000!a "):
+        s.cache.set_many({key: junk})
+        assert s.reader.read("me") == [entry], junk
+
+
+def test_a_full_corrupt_timeline_is_dropped_by_the_delivery_that_finds_it(setup: Setup) -> None:
+    """An append refused because the item is full trims it; a corrupt one cannot be trimmed:
+    it is dropped (and regenerated on its next read), never an error for the fan-out."""
+    s = setup
+    s.follow("me", "a")
+    s.reader.read("me")
+    ref = ListRef(ListKind.TIMELINE, "me")
+    key = s.timelines.index_key(ref)
+    tokens = 1024 * 1024 // 6  # malformed positions, as many as the item holds
+    while s.cache.set_many({key: b"+a#zz " * tokens})[key] is not Outcome.STORED:
+        tokens -= 1
+    entry = s.post("a", "p1", 1000, ["me"])  # delivers: the APPEND is refused as too large
+    assert s.timelines.cached_many([ref]) == {}  # dropped
     assert s.reader.read("me") == [entry]
 
 
