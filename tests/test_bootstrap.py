@@ -41,7 +41,8 @@ echo 1000
 def run_make_venv(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     checkout = tmp_path / "checkout"
     (checkout / ".ci").mkdir(parents=True)
-    shutil.copy(REPO / ".ci" / "make-venv", checkout / ".ci" / "make-venv")
+    for script in ("make-venv", "apt-install"):
+        shutil.copy(REPO / ".ci" / script, checkout / ".ci" / script)
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for name, body in {"python3": PYTHON3, "apt-get": APT_GET, "sudo": SUDO, "id": ID}.items():
