@@ -15,6 +15,7 @@ COPY producers ./producers
 COPY consumers ./consumers
 COPY api ./api
 COPY fanout ./fanout
+COPY bench ./bench
 RUN pip install . \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin fanout
 
