@@ -18,26 +18,37 @@ batch is applied, as with a fanned-out post.
 
 **Staleness bound.** Refreshes can still land out of order (a zombie or a replay racing the live
 consumer), and a reader's rebuild can read the store just before a new celebrity is recorded.
-So every item is written with an *absolute* expiry: the time its store read started plus
-``ttl_s`` (memcached takes an expiry past 30 days as unix time). An item present at time T was
-therefore built from a store read that started after T - ttl_s - 1 s (memcached's clock counts
-whole seconds), and a post (or a new celebrity) committed to the store at time t is in every
-item a read can find from t + ttl_s + 1 s on. Nothing extends an item's life.
+So every item expires ``ttl_s`` after its store read *started*: the writer takes a deadline on
+its own monotonic clock before the read and writes what is left of it, rounded up to whole
+seconds, as a relative expiry (an item whose read took longer is not written). Only durations
+are used, so neither the writer's wall clock nor memcached's matters (an absolute expiry would
+have stretched the bound by any skew between them). Rounding up adds under a second, and
+memcached's clock, which counts whole seconds, under another: an item present at time T was
+built from a store read that started after T - ttl_s - 2 s, and a post (or a new celebrity)
+committed to the store at time t is in every item a read can find from t + ttl_s + 2 s on.
+Nothing extends an item's life.
+
+The celebrity set is one item: past memcached's item size (about 16k celebrities of 64-character
+ids at the default 1 MiB) it cannot be cached, readers ask the store on every read, and a
+warning says so once per process (raise memcached's ``-I``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import math
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from graph.cache import Item, MemcacheCluster
+from graph.cache import Item, MemcacheCluster, Outcome
 from graph.edges import EdgeStore
 from graph.keys import KeySpace
 from graph.timeline_entries import TimelineEntry
 
 DEFAULT_TTL_S = 5
+log = logging.getLogger("fanout.celebrities")
 
 
 class Recent(NamedTuple):
@@ -73,13 +84,32 @@ class CelebrityPosts:
         self._cap = cap
         self.ttl_s = ttl_s
         self.set_key = keys.celebrities_key()
+        self._warned_too_large = False
 
     def keys(self, authors: Sequence[str]) -> list[bytes]:
         return self._keys.celebrity_posts_keys(authors)
 
-    def _expiry(self) -> int:
-        """Taken before the store read an item is built from: see the staleness bound."""
-        return int(time.time()) + self.ttl_s
+    def _expiry(self) -> float:
+        """Taken before the store read an item is built from (see the staleness bound): a
+        deadline on this process's monotonic clock."""
+        return time.monotonic() + self.ttl_s
+
+    def _write(self, add: bool, values: Mapping[bytes, bytes], deadline: float) -> None:
+        """ADD (a reader's rebuild) or SET (the consumer's refresh) with the time left before
+        ``deadline``, rounded up to whole seconds, as a relative expiry; nothing if none is left
+        (an expiry of 0 would mean never)."""
+        left = deadline - time.monotonic()
+        if left <= 0 or not values:
+            return
+        write = self._cache.add_many if add else self._cache.set_many
+        outcomes = write(values, math.ceil(left))
+        if outcomes.get(self.set_key) is Outcome.TOO_LARGE and not self._warned_too_large:
+            self._warned_too_large = True
+            log.warning(
+                "the celebrity set (%d bytes) is over memcached's item size: it is not cached "
+                "and every timeline read asks the edge store for it; raise memcached's -I",
+                len(values[self.set_key]),
+            )
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -92,7 +122,7 @@ class CelebrityPosts:
             return names
         expire = self._expiry()
         names = frozenset(self._store.celebrities())
-        self._cache.add_many({self.set_key: _joined(sorted(names))}, expire)
+        self._write(True, {self.set_key: _joined(sorted(names))}, expire)
         return names
 
     def posts(
@@ -113,8 +143,7 @@ class CelebrityPosts:
                 rebuilt[key] = _joined(members)
                 recent = Recent(members, True)
             result.append(recent)
-        if rebuilt:
-            self._cache.add_many(rebuilt, expire)
+        self._write(True, rebuilt, expire)
         return result
 
     def followed(self, following: frozenset[str]) -> list[Recent]:
@@ -134,7 +163,8 @@ class CelebrityPosts:
             return
         ordered = sorted(authors)
         expire = self._expiry()
-        self._cache.set_many(
+        self._write(
+            False,
             {
                 key: _joined(self._posts(author))
                 for author, key in zip(ordered, self.keys(ordered), strict=True)
@@ -145,7 +175,7 @@ class CelebrityPosts:
         names = None if cached is None else _names(cached)
         if names is not None and not names.issuperset(ordered):
             expire = self._expiry()
-            self._cache.set_many({self.set_key: _joined(sorted(self._store.celebrities()))}, expire)
+            self._write(False, {self.set_key: _joined(sorted(self._store.celebrities()))}, expire)
 
     def _posts(self, author: str) -> list[str]:
         return [TimelineEntry.of(p).member for p in self._store.recent_posts([author], self._cap)]
