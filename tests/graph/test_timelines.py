@@ -182,7 +182,8 @@ def test_readers_sharing_a_memory_use_each_others_last_read(
     )
     s.follow("me", "a")
     entry = s.post("a", "p1", 1000, ["me"])
-    first.read("me")
+    first.read("me")  # cold: the list is built, nothing remembered
+    first.read("me")  # remembers the following list's head
     reset(s)
     found: list[list[TimelineEntry]] = []
     thread = threading.Thread(target=lambda: found.append(second.read("me")))
