@@ -22,6 +22,7 @@ from api.consumer_lag import ConsumerLag, WatchedGroup
 from api.settings import ApiSettings
 from fanout import wiring
 from fanout.settings import Settings
+from graph.timeline_fetch import ReadMemory
 from producers import EventPublisher
 
 OPEN_REFUSED = (
@@ -47,9 +48,11 @@ def open_backends(settings: Settings, api: ApiSettings) -> Callable[[], Backends
         settings.kafka, watched_groups(settings), settings.kafka_config, api.ready_timeout_s
     )
 
+    memory = ReadMemory()  # the threads' readers share what they learnt of each user
+
     def opened() -> Backends:
         store = wiring.edge_store(settings)
-        return Backends(store, wiring.timeline_reader(settings, store), publisher, lag)
+        return Backends(store, wiring.timeline_reader(settings, store, memory), publisher, lag)
 
     return opened
 

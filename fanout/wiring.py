@@ -16,6 +16,7 @@ from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge
 from graph.capped_lists import CappedListStore
 from graph.celebrity_posts import CelebrityPosts
 from graph.lists import ListStats
+from graph.timeline_fetch import ReadMemory
 from graph.timelines import TimelineReader, TimelineSource
 from producers import EventPublisher, InternalPublisher
 
@@ -63,11 +64,16 @@ def celebrity_posts(
     )
 
 
-def timeline_reader(settings: Settings, store: EdgeStore) -> TimelineReader:
+def timeline_reader(
+    settings: Settings, store: EdgeStore, memory: ReadMemory | None = None
+) -> TimelineReader:
+    """``memory``: shared by the readers of one process's threads (graph/timeline_fetch.py)."""
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
     celebrities = celebrity_posts(settings, store, timelines)
-    return TimelineReader(store, follow_lists, timelines, settings.timeline_max, celebrities)
+    return TimelineReader(
+        store, follow_lists, timelines, settings.timeline_max, celebrities, memory
+    )
 
 
 def group_id(settings: Settings, consumer: str) -> str:

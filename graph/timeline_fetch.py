@@ -35,11 +35,20 @@ relates the instants at which a reader reads them: the sequential reader read th
 list, then the timeline, with writes free to land in between, in either item. Once writes stop,
 every read returns the view of the store, whichever order its GETs ran in.
 
-Not thread-safe (neither is ``MemcacheCluster``): one fetcher per thread or task.
+**Shared by a process's threads.** The remembered heads live in a ``ReadMemory`` that the
+fetchers of one process may share (``fanout serve`` gives its request threads one, so a user's
+next read finds the head whichever thread serves it). The argument above holds unchanged: a
+thread puts R only after the read that found it completed (t0), and another thread's batch is
+built from R after taking it out, so that batch is sent after t0, which is all the argument uses
+of "this process". The memory's lock orders the two.
+
+Not thread-safe (neither is ``MemcacheCluster``): one fetcher per thread or task; only its
+``ReadMemory`` may be shared.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -57,6 +66,31 @@ REMEMBERED_USERS = 1 << 15
 class _Remembered(NamedTuple):
     head: bytes  # the following list's head as last read (a committed index)
     celebrities: tuple[str, ...]  # celebrities the user followed then
+
+
+class ReadMemory:
+    """The last read per user, least recently used first out; safe to share between threads
+    (every operation holds the lock)."""
+
+    def __init__(self, capacity: int = REMEMBERED_USERS) -> None:
+        self._items: OrderedDict[str, _Remembered] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def get(self, user: str) -> _Remembered | None:
+        with self._lock:
+            return self._items.get(user)
+
+    def put(self, user: str, last: _Remembered) -> None:
+        with self._lock:
+            self._items[user] = last
+            self._items.move_to_end(user)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def forget(self, user: str) -> None:
+        with self._lock:
+            self._items.pop(user, None)
 
 
 @dataclass(slots=True)
@@ -77,21 +111,20 @@ class TimelineFetch:
         follow_lists: ListStore,
         timelines: CappedListStore,
         celebrity_posts: CelebrityPosts,
-        remembered: int = REMEMBERED_USERS,
+        memory: ReadMemory | None = None,
     ) -> None:
         self._lists = follow_lists
         self._timelines = timelines
         self._celebrity_posts = celebrity_posts
         self._cache = timelines.cache
-        self._remembered: OrderedDict[str, _Remembered] = OrderedDict()
-        self._capacity = remembered
+        self._memory = memory or ReadMemory()
 
     def fetch(self, user: str) -> Fetched:
         following_ref = ListRef(ListKind.FOLLOWING, user)
         timeline_ref = ListRef(ListKind.TIMELINE, user)
         list_key = self._lists.index_key(following_ref)
         timeline_key = self._timelines.index_key(timeline_ref)
-        last = self._remembered.get(user)
+        last = self._memory.get(user)
         keys = [list_key, timeline_key, self._celebrity_posts.set_key]
         if last is not None:
             keys += self._lists.named_shards(list_key, last.head)
@@ -116,9 +149,9 @@ class TimelineFetch:
         if unread:
             found.update(self._get(unread))
         if accepted is None:  # read the long way: the next read starts afresh
-            self._remembered.pop(user, None)
+            self._memory.forget(user)
         else:
-            self._remember(user, _Remembered(accepted, tuple(celebrities)))
+            self._memory.put(user, _Remembered(accepted, tuple(celebrities)))
 
         delivered = self._timelines.fetched(found.get(timeline_key))
         if delivered is None:
@@ -129,9 +162,3 @@ class TimelineFetch:
         if not keys:
             return {}
         return self._cache.gets_many(keys)
-
-    def _remember(self, user: str, last: _Remembered) -> None:
-        self._remembered[user] = last
-        self._remembered.move_to_end(user)
-        while len(self._remembered) > self._capacity:
-            self._remembered.popitem(last=False)

@@ -27,7 +27,7 @@ from graph.keys import ListKind, ListRef
 from graph.lists import Snapshot
 from graph.sharded_lists import ListStore
 from graph.timeline_entries import BadCursor, TimelineEntry
-from graph.timeline_fetch import TimelineFetch
+from graph.timeline_fetch import ReadMemory, TimelineFetch
 from graph.timeline_view import visible_page
 
 __all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
@@ -68,6 +68,7 @@ class TimelineReader:
         timelines: CappedListStore,
         cap: int,
         celebrity_posts: CelebrityPosts | None = None,
+        memory: ReadMemory | None = None,
     ) -> None:
         self.follow_lists = follow_lists
         self.timelines = timelines
@@ -75,7 +76,7 @@ class TimelineReader:
         self.celebrity_posts = celebrity_posts or CelebrityPosts(
             timelines.cache, store, timelines.keys, cap
         )
-        self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts)
+        self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
 
     def page(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage:
         """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from graph.capped_lists import CappedListStore
 from graph.celebrity_posts import CelebrityPosts
 from graph.edges import EdgeStore, PostRecord
 from graph.sqlite_edges import SqliteEdgeStore
+from graph.timeline_fetch import ReadMemory
 from graph.timelines import BadCursor, TimelineEntry, TimelineReader, TimelineSource
 from graph.tokens import token
 from tests.graph.contention import write
@@ -154,7 +156,7 @@ def test_the_users_remembered_are_bounded(
     cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str
 ) -> None:
     s = make(cache, sqlite_store, unique)
-    s.reader.fetcher = type(s.reader.fetcher)(s.lists, s.timelines, s.celebrities, remembered=2)
+    s.reader.fetcher = type(s.reader.fetcher)(s.lists, s.timelines, s.celebrities, ReadMemory(2))
     for user in ("u1", "u2", "u3"):
         s.follow(user, "a")
         s.reader.read(user)
@@ -165,6 +167,30 @@ def test_the_users_remembered_are_bounded(
     reset(s)
     s.reader.read("u1")  # forgotten: its shards are read after its head
     assert s.cache.calls == {"gets_many": 2}
+
+
+def test_readers_sharing_a_memory_use_each_others_last_read(
+    cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """As ``fanout serve``'s threads do: a user's next read is one multi-GET whichever thread
+    serves it, and sees what a read after the head would see."""
+    s = make(cache, sqlite_store, unique)
+    memory = ReadMemory()
+    store = cast(EdgeStore, s.store)
+    first, second = (
+        TimelineReader(store, s.lists, s.timelines, 50, s.celebrities, memory) for _ in range(2)
+    )
+    s.follow("me", "a")
+    entry = s.post("a", "p1", 1000, ["me"])
+    first.read("me")  # cold: the list is built, nothing remembered
+    first.read("me")  # remembers the following list's head
+    reset(s)
+    found: list[list[TimelineEntry]] = []
+    thread = threading.Thread(target=lambda: found.append(second.read("me")))
+    thread.start()
+    thread.join()
+    assert found == [[entry]]
+    assert s.cache.calls == {"gets_many": 1}
 
 
 def model_view(
