@@ -45,15 +45,26 @@ class Principal:
 
 class TokenVerifier:
     def __init__(
-        self, key: str | rsa.RSAPublicKey | ec.EllipticCurvePublicKey, algorithm: str
+        self,
+        key: str | rsa.RSAPublicKey | ec.EllipticCurvePublicKey,
+        algorithm: str,
+        audience: str | None = None,
+        issuer: str | None = None,
     ) -> None:
+        """``audience``/``issuer``: when set, tokens must carry that ``aud``/``iss`` — what
+        keeps a token minted by a shared issuer for another service from being accepted here.
+        An ``exp``, when present, is always checked."""
         self._key = key
         self.algorithm = algorithm
+        self.audience = audience
+        self.issuer = issuer
+        self._required = ["sub", *(["aud"] if audience else []), *(["iss"] if issuer else [])]
 
     @classmethod
     def from_settings(cls, settings: ApiSettings) -> TokenVerifier | None:
+        claims = {"audience": settings.jwt_audience, "issuer": settings.jwt_issuer}
         if settings.jwt_secret is not None:
-            return cls(settings.jwt_secret.get_secret_value(), "HS256")
+            return cls(settings.jwt_secret.get_secret_value(), "HS256", **claims)
         if settings.jwt_public_key is None:
             return None
         try:
@@ -61,15 +72,20 @@ class TokenVerifier:
         except ValueError:
             raise AuthConfigError("FANOUT_API_JWT_PUBLIC_KEY is not a PEM public key") from None
         if isinstance(key, rsa.RSAPublicKey):
-            return cls(key, "RS256")
+            return cls(key, "RS256", **claims)
         if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
-            return cls(key, "ES256")
+            return cls(key, "ES256", **claims)
         raise AuthConfigError("FANOUT_API_JWT_PUBLIC_KEY must be an RSA or EC P-256 public key")
 
     def verify(self, token: str) -> Principal:
         try:
             claims = jwt.decode(
-                token, self._key, algorithms=[self.algorithm], options={"require": ["sub"]}
+                token,
+                self._key,
+                algorithms=[self.algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                options={"require": self._required},
             )
         except jwt.PyJWTError as exc:
             raise unauthorized(f"invalid token: {exc}", "invalid_token") from None

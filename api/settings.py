@@ -17,6 +17,12 @@ class ApiSettings(BaseSettings):
     jwt_public_key: SecretStr | None = Field(
         None, description="PEM public key for bearer tokens (RSA: RS256, EC P-256: ES256)"
     )
+    jwt_audience: str | None = Field(
+        None, description="when set, a token's aud must name it (tokens without aud refused)"
+    )
+    jwt_issuer: str | None = Field(
+        None, description="when set, a token's iss must equal it (tokens without iss refused)"
+    )
     private_lists: bool = Field(
         False, description="follower/following lists need a valid token (public by default)"
     )
@@ -33,10 +39,10 @@ class ApiSettings(BaseSettings):
         2.0, gt=0, le=60, description="/readyz gives each dependency this long to answer"
     )
 
-    @field_validator("jwt_secret", "jwt_public_key", mode="before")
+    @field_validator("jwt_secret", "jwt_public_key", "jwt_audience", "jwt_issuer", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
-        """``FANOUT_API_JWT_SECRET=`` (compose's ``${VAR:-}``) means no key, not an empty one."""
+        """``FANOUT_API_JWT_SECRET=`` (compose's ``${VAR:-}``) means unset, not an empty one."""
         return None if value == "" else value
 
     @model_validator(mode="after")

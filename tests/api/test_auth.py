@@ -59,6 +59,27 @@ def test_missing_or_bad_tokens_are_401_with_a_challenge(
     assert response.headers["content-type"] == "application/problem+json"
 
 
+def test_an_audience_and_an_issuer_when_configured_are_required(
+    settings: Settings, graph: Graph
+) -> None:
+    """A token minted by a shared issuer for another service is refused here."""
+    graph.follow("alice", "bob")
+    aud, iss = "timeline-fanout", "https://auth.example"
+    with api_client(settings, jwt_secret=SECRET, jwt_audience=aud, jwt_issuer=iss) as client:
+
+        def status(**claims: object) -> int:
+            token = hs256("alice", **claims)
+            return client.get("/v1/timelines/alice", headers=bearer(token)).status_code
+
+        assert status(aud=aud, iss=iss) == 200
+        assert status(aud=[aud, "other"], iss=iss) == 200
+        assert status(aud="other-service", iss=iss) == 401
+        assert status(iss=iss) == 401  # no aud
+        assert status(aud=aud) == 401  # no iss
+        assert status(aud=aud, iss="https://evil.example") == 401
+        assert status(aud=aud, iss=iss, exp=1) == 401
+
+
 def test_lists_are_public_unless_configured_private(settings: Settings, graph: Graph) -> None:
     graph.follow("alice", "bob")
     with api_client(settings, jwt_secret=SECRET) as client:
