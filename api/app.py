@@ -23,12 +23,19 @@ from api.openapi import document
 from api.problems import CatchAll, Problem, on_http_error, on_problem
 from api.routes import ROUTES
 from api.settings import ApiSettings
+from graph.warm_reads import WarmReads
 from schemas.json_schema import render
 
 
-def create_app(settings: ApiSettings, open_backends: Callable[[], Backends]) -> Starlette:
+def create_app(
+    settings: ApiSettings,
+    open_backends: Callable[[], Backends],
+    warm: WarmReads | None = None,
+) -> Starlette:
     """Raises ``AuthConfigError`` when the configured key cannot verify tokens. Backend threads
-    start with the app and stop (closing their connections) when its lifespan ends."""
+    start with the app and stop (closing their connections) when its lifespan ends, as do the
+    warm reads' connections (``warm``: timeline reads on the event loop; without it every read
+    goes through a backend thread)."""
     metrics = ApiMetrics()
     pool = BackendPool(open_backends, settings.threads)
 
@@ -37,6 +44,8 @@ def create_app(settings: ApiSettings, open_backends: Callable[[], Backends]) -> 
         try:
             yield
         finally:
+            if warm is not None:
+                warm.close()
             pool.close()
 
     app = Starlette(
@@ -49,5 +58,5 @@ def create_app(settings: ApiSettings, open_backends: Callable[[], Backends]) -> 
         lifespan=lifespan,
     )
     guard = Guard(TokenVerifier.from_settings(settings), settings.private_lists)
-    app.state.api = ApiContext(pool, guard, settings, metrics, render(document()))
+    app.state.api = ApiContext(pool, guard, settings, metrics, render(document()), warm)
     return app

@@ -1,6 +1,6 @@
-"""What every route needs, kept on the app's state: the backend threads, the access rules, the
-settings, the metrics and the OpenAPI document. One per app, so several apps can live in one
-process (tests)."""
+"""What every route needs, kept on the app's state: the backend threads, the warm reads, the
+access rules, the settings, the metrics and the OpenAPI document. One per app, so several apps
+can live in one process (tests)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from api.auth import Guard
 from api.backends import BackendPool
 from api.metrics import ApiMetrics
 from api.settings import ApiSettings
+from graph.warm_reads import WarmReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,7 @@ class ApiContext:
     settings: ApiSettings
     metrics: ApiMetrics
     openapi: bytes  # the document this app serves (api/openapi.py)
+    warm: WarmReads | None  # timeline reads on the event loop when warm (graph/warm_reads.py)
 
 
 def context(request: Request) -> ApiContext:

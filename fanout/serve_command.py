@@ -32,8 +32,11 @@ OPEN_REFUSED = (
 )
 
 
-def open_backends(settings: Settings, api: ApiSettings) -> Callable[[], Backends]:
-    """Opens one API thread's store, lists, timeline reader and (lazily) publisher."""
+def open_backends(
+    settings: Settings, api: ApiSettings, memory: ReadMemory
+) -> Callable[[], Backends]:
+    """Opens one API thread's store, lists, timeline reader and (lazily) publisher; the
+    threads' readers share ``memory``, what they learnt of each user."""
     # The producer gives up on an event when the API stops waiting for it, so a timed-out
     # request leaves nothing queued behind it for the next one's delivery report.
     kafka_config = {
@@ -47,8 +50,6 @@ def open_backends(settings: Settings, api: ApiSettings) -> Callable[[], Backends
     lag = ConsumerLag(
         settings.kafka, watched_groups(settings), settings.kafka_config, api.ready_timeout_s
     )
-
-    memory = ReadMemory()  # the threads' readers share what they learnt of each user
 
     def opened() -> Backends:
         store = wiring.edge_store(settings)
@@ -71,8 +72,16 @@ def watched_groups(settings: Settings) -> list[WatchedGroup]:
 
 
 def build_app() -> Starlette:
-    api = ApiSettings()
-    return create_app(api, open_backends(Settings(), api))
+    return app_for(Settings(), ApiSettings())
+
+
+def app_for(settings: Settings, api: ApiSettings) -> Starlette:
+    """One worker process's app: its backend threads and its event loop's warm reads remember
+    users' reads in one shared memory."""
+    memory = ReadMemory()
+    return create_app(
+        api, open_backends(settings, api, memory), wiring.warm_reads(settings, memory)
+    )
 
 
 def is_loopback(host: str) -> bool:

@@ -18,6 +18,7 @@ from graph.celebrity_posts import CelebrityPosts
 from graph.lists import ListStats
 from graph.timeline_fetch import ReadMemory
 from graph.timelines import TimelineReader, TimelineSource
+from graph.warm_reads import ReplayCache, WarmReads, offline_store
 from producers import EventPublisher, InternalPublisher
 
 
@@ -41,9 +42,11 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
     )
 
 
-def list_store(settings: Settings, store: EdgeStore) -> ListStore:
-    """Follower and following lists."""
-    cache = MemcacheCluster(settings.memcached_servers)
+def list_store(
+    settings: Settings, store: EdgeStore, cache: MemcacheCluster | None = None
+) -> ListStore:
+    """Follower and following lists (on a cluster of their own unless ``cache`` is given)."""
+    cache = cache or MemcacheCluster(settings.memcached_servers)
     return ListStore(cache, store, _list_settings(settings))
 
 
@@ -65,15 +68,26 @@ def celebrity_posts(
 
 
 def timeline_reader(
-    settings: Settings, store: EdgeStore, memory: ReadMemory | None = None
+    settings: Settings,
+    store: EdgeStore,
+    memory: ReadMemory | None = None,
+    cache: MemcacheCluster | None = None,
 ) -> TimelineReader:
     """``memory``: shared by the readers of one process's threads (graph/timeline_fetch.py)."""
-    follow_lists = list_store(settings, store)
+    follow_lists = list_store(settings, store, cache)
     timelines = timeline_store(settings, store, follow_lists.cache)
     celebrities = celebrity_posts(settings, store, timelines)
     return TimelineReader(
         store, follow_lists, timelines, settings.timeline_max, celebrities, memory
     )
+
+
+def warm_reads(settings: Settings, memory: ReadMemory) -> WarmReads:
+    """The event loop's warm timeline reads (graph/warm_reads.py), sharing ``memory`` with the
+    process's blocking readers."""
+    servers = settings.memcached_servers
+    replay = ReplayCache(servers)
+    return WarmReads(timeline_reader(settings, offline_store(), memory, replay), replay, servers)
 
 
 def group_id(settings: Settings, consumer: str) -> str:

@@ -12,6 +12,7 @@ graph/memcache_pipe.py for why); FLUSH through pymemcache.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -172,6 +173,11 @@ class MemcacheCluster:
         except (TimeoutError, OSError, MemcacheError) as exc:
             client.close()
             raise CacheUnavailable(f"memcached {server}: {exc}") from exc
+
+    def wait(self, seconds: float) -> None:
+        """Before asking again for items someone else is writing (a list being built). A
+        client that must not block (graph/warm_reads.py) refuses instead."""
+        time.sleep(seconds)
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
         """Items with their CAS ids and time to live (for reads that may turn into a compaction

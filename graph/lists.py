@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import random
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
@@ -203,7 +202,7 @@ class TokenLists(abc.ABC):
         return result
 
     def _pause(self) -> None:
-        time.sleep(BUILD_WAIT_S)
+        self.cache.wait(BUILD_WAIT_S)
 
     def _is_dirty(self, decoded: DecodedList) -> bool:
         return self._dirty(len(decoded.members), decoded.tokens)

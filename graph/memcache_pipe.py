@@ -99,35 +99,17 @@ class ServerPipe:
 
     def receive_values(self, count: int) -> list[Item | None]:
         """The replies to ``count`` meta gets with flags ``v c t`` (see ``meta_get_pipeline``):
-        an ``Item`` for a hit, None for a miss. Values are read by their announced length, so
-        they may hold any bytes."""
-        buf = self._unread
-        pos = 0
+        an ``Item`` for a hit, None for a miss (``take_values`` parses them)."""
+        buf, pos = self._unread, 0
         found: list[Item | None] = []
-        while len(found) < count:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                buf, pos = self._more(buf, pos, len(buf) - pos + 1)
-                continue
-            if buf.startswith(b"EN", pos) and eol == pos + 2:
-                found.append(None)
-                pos = eol + 2
-                continue
-            head = buf[pos:eol].split()
-            if (
-                len(head) != 4
-                or head[0] != b"VA"
-                or not head[1].isdigit()
-                or not head[2].startswith(b"c")
-                or not head[3].startswith(b"t")
-            ):
-                self._fail(f"unexpected meta get reply {buf[pos:eol][:200]!r}")
-            end = eol + 2 + int(head[1])
-            if len(buf) < end + 2:
-                buf, pos = self._more(buf, pos, end + 2 - pos)
-                continue
-            found.append(Item(buf[eol + 2 : end], head[2][1:], int(head[3][1:])))
-            pos = end + 2
+        while True:
+            try:
+                pos, need = take_values(buf, pos, count, found)
+            except ValueError as exc:
+                self._fail(str(exc))
+            if not need:
+                break
+            buf, pos = self._more(buf, pos, need)
         self._unread = buf[pos:]
         return found
 
@@ -216,6 +198,37 @@ def same_value_pipeline(command: bytes, keys: Sequence[bytes], value: bytes) -> 
 def line_pipeline(command: bytes, keys: Sequence[bytes], rest: Sequence[bytes]) -> bytes:
     """``command key`` and the rest of each line (arguments with their leading space)."""
     return b"".join([b"%s %s%s\r\n" % (command, k, r) for k, r in zip(keys, rest, strict=True)])
+
+
+def take_values(buf: bytes, pos: int, count: int, found: list[Item | None]) -> tuple[int, int]:
+    """Parses meta get replies (flags ``v c t``) from ``buf[pos:]`` onto ``found`` until it
+    holds ``count``: returns the position after the last whole reply taken and how many bytes
+    from there are needed to take the next (0: done). Values are read by their announced length,
+    so they may hold any bytes. Raises ``ValueError`` on a reply out of protocol. Sans I/O: the
+    blocking pipe and the event loop's connection (graph/async_cache.py) both read through it."""
+    while len(found) < count:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return pos, len(buf) - pos + 1
+        if eol == pos + 2 and buf.startswith(b"EN", pos):
+            found.append(None)
+            pos = eol + 2
+            continue
+        head = buf[pos:eol].split()
+        if (
+            len(head) != 4
+            or head[0] != b"VA"
+            or not head[1].isdigit()
+            or not head[2].startswith(b"c")
+            or not head[3].startswith(b"t")
+        ):
+            raise ValueError(f"unexpected meta get reply {buf[pos:eol][:200]!r}")
+        end = eol + 2 + int(head[1])
+        if len(buf) < end + 2:
+            return pos, end + 2 - pos
+        found.append(Item(buf[eol + 2 : end], head[2][1:], int(head[3][1:])))
+        pos = end + 2
+    return pos, 0
 
 
 def meta_get_pipeline(keys: Sequence[bytes]) -> bytes:

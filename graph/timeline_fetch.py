@@ -63,7 +63,7 @@ from graph.sharded_lists import ListStore
 REMEMBERED_USERS = 1 << 15
 
 
-class _Remembered(NamedTuple):
+class Remembered(NamedTuple):
     head: bytes  # the following list's head as last read (a committed index)
     celebrities: tuple[str, ...]  # celebrities the user followed then
 
@@ -73,17 +73,22 @@ class ReadMemory:
     (every operation holds the lock)."""
 
     def __init__(self, capacity: int = REMEMBERED_USERS) -> None:
-        self._items: OrderedDict[str, _Remembered] = OrderedDict()
+        self._items: OrderedDict[str, Remembered] = OrderedDict()
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def get(self, user: str) -> _Remembered | None:
+    def get(self, user: str) -> Remembered | None:
         with self._lock:
             return self._items.get(user)
 
-    def put(self, user: str, last: _Remembered) -> None:
+    def put(self, user: str, last: Remembered) -> None:
+        """An unchanged entry is kept, not replaced: most reads of a warm user find what was
+        remembered, and a new object per read would be a long-lived allocation per read, which
+        is what sets off the interpreter's full collections (tens of ms here, README
+        Performance)."""
         with self._lock:
-            self._items[user] = last
+            if self._items.get(user) != last:
+                self._items[user] = last
             self._items.move_to_end(user)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
@@ -119,18 +124,35 @@ class TimelineFetch:
         self._cache = timelines.cache
         self._memory = memory or ReadMemory()
 
+    def remembered(self, user: str) -> Remembered | None:
+        return self._memory.get(user)
+
+    def batch_keys(self, user: str, last: Remembered | None) -> list[bytes]:
+        """The keys of a read's first multi-GET: the following list's head, the timeline, the
+        celebrity set, and the shards and celebrities of ``last`` (what ``remembered`` said of
+        the user's last read: taken once, before the batch is sent)."""
+        list_key = self._lists.index_key(ListRef(ListKind.FOLLOWING, user))
+        keys = [
+            list_key,
+            self._timelines.index_key(ListRef(ListKind.TIMELINE, user)),
+            self._celebrity_posts.set_key,
+        ]
+        if last is not None:
+            keys += self._lists.named_shards(list_key, last.head)
+            keys += self._celebrity_posts.keys(last.celebrities)
+        return keys
+
     def fetch(self, user: str) -> Fetched:
+        last = self.remembered(user)
+        return self.settle(user, last, self._get(self.batch_keys(user, last)))
+
+    def settle(self, user: str, last: Remembered | None, found: dict[bytes, Item]) -> Fetched:
+        """The rest of a read whose first multi-GET, of ``batch_keys(user, last)``, brought
+        ``found``: more round trips only where the batch was not enough (module docstring)."""
         following_ref = ListRef(ListKind.FOLLOWING, user)
         timeline_ref = ListRef(ListKind.TIMELINE, user)
         list_key = self._lists.index_key(following_ref)
         timeline_key = self._timelines.index_key(timeline_ref)
-        last = self._memory.get(user)
-        keys = [list_key, timeline_key, self._celebrity_posts.set_key]
-        if last is not None:
-            keys += self._lists.named_shards(list_key, last.head)
-            keys += self._celebrity_posts.keys(last.celebrities)
-        found = self._get(keys)
-
         head = found.get(list_key)
         list_items = found
         if head is not None and (last is None or head.value != last.head):
@@ -151,7 +173,7 @@ class TimelineFetch:
         if accepted is None:  # read the long way: the next read starts afresh
             self._memory.forget(user)
         else:
-            self._memory.put(user, _Remembered(accepted, tuple(celebrities)))
+            self._memory.put(user, Remembered(accepted, tuple(celebrities)))
 
         delivered = self._timelines.fetched(found.get(timeline_key))
         if delivered is None:

@@ -27,7 +27,7 @@ from graph.keys import ListKind, ListRef
 from graph.lists import Snapshot
 from graph.sharded_lists import ListStore
 from graph.timeline_entries import BadCursor, TimelineEntry
-from graph.timeline_fetch import ReadMemory, TimelineFetch
+from graph.timeline_fetch import Fetched, ReadMemory, TimelineFetch
 from graph.timeline_view import visible_page
 
 __all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
@@ -78,11 +78,19 @@ class TimelineReader:
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
 
-    def page(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage:
+    def page(
+        self, user: str, limit: int = 50, cursor: str | None = None, got: Fetched | None = None
+    ) -> TimelinePage:
         """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of
-        ours). One more entry than asked is read to know whether an older page exists."""
+        ours). One more entry than asked is read to know whether an older page exists.
+
+        ``got``: what a read already fetched (graph/warm_reads.py): the page is walked from it,
+        and a corrupt member raises (``ValueError``, ``IndexError``) instead of being healed."""
         before = None if cursor is None else TimelineEntry.from_cursor(cursor)
-        entries = self.read(user, limit + 1, before)
+        if got is None:
+            entries = self.read(user, limit + 1, before)
+        else:
+            entries = self._walk(user, got, limit + 1, None if before is None else before.member)
         more = len(entries) > limit
         entries = entries[:limit]
         return TimelinePage(user, entries, entries[-1].cursor if more and entries else None)
@@ -105,7 +113,9 @@ class TimelineReader:
             return self._read(user, limit, cursor)
 
     def _read(self, user: str, limit: int, cursor: str | None) -> list[TimelineEntry]:
-        got = self.fetcher.fetch(user)
+        return self._walk(user, self.fetcher.fetch(user), limit, cursor)
+
+    def _walk(self, user: str, got: Fetched, limit: int, cursor: str | None) -> list[TimelineEntry]:
         delivered = got.delivered
         delivered.sort()  # in item order it is nearly sorted already
         # Without a cursor, a page of ``limit`` usually needs no more than the newest

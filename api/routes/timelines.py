@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -12,28 +14,41 @@ from api.context import context
 from api.problems import invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
-from graph.timelines import BadCursor
+from graph.timelines import BadCursor, TimelinePage
 
 DEFAULT_LIMIT = 50
 
 
 def read_page(backends: Backends, user: str, limit: int, cursor: str | None) -> bytes:
+    """The blocking read, on a backend thread: any page, and the 404 of an unknown user."""
     try:
         page = backends.timelines.page(user, limit, cursor)
     except BadCursor:
         raise invalid("cursor", "the `next` of a previous page of this timeline") from None
     if not page.entries:
         require_known(backends, [("user", user)])
+    return rendered(page)
+
+
+def rendered(page: TimelinePage) -> bytes:
     posts = [{"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in page.entries]
-    return dumps({"user": user, "posts": posts, "next": page.next})
+    return dumps({"user": page.user, "posts": posts, "next": page.next})
 
 
 async def timeline(request: Request) -> Response:
+    """Served from the event loop when the read is warm and shows something (graph/warm_reads.py);
+    otherwise (a first read, a list that changed, an empty page to tell from an unknown user,
+    anything to heal) by ``read_page`` on a backend thread."""
     ctx = context(request)
     user = params.user_id(request, "user")
     ctx.guard.read_timeline(request, user)
     limit = params.limit(request, DEFAULT_LIMIT)
     cursor = params.cursor(request)
+    if ctx.warm is not None:
+        with contextlib.suppress(BadCursor):  # the blocking read answers it
+            page = await ctx.warm.page(user, limit, cursor)
+            if page is not None and page.entries:
+                return json_response(rendered(page))
     return json_response(await ctx.pool.run(read_page, user, limit, cursor))
 
 

@@ -14,10 +14,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.testclient import TestClient
 
-from api.app import create_app
 from api.settings import ApiSettings
 from fanout import wiring
-from fanout.serve_command import open_backends
+from fanout.serve_command import app_for
 from fanout.settings import Settings
 from graph.edges import EdgeChange, EdgeStore, PostRecord
 
@@ -28,8 +27,11 @@ ClientFactory = Callable[..., Any]
 @contextmanager
 def api_client(settings: Settings, **api: Any) -> Iterator[TestClient]:
     api_settings = ApiSettings(**{"threads": 2, **api})
-    app = create_app(api_settings, open_backends(settings, api_settings))
-    with TestClient(app, raise_server_exceptions=False) as client:
+    app = app_for(settings, api_settings)
+    # uvloop, as uvicorn runs it: its transports are not asyncio's classes
+    with TestClient(
+        app, raise_server_exceptions=False, backend_options={"use_uvloop": True}
+    ) as client:
         yield client
 
 

@@ -1,0 +1,193 @@
+"""Meta gets from an event loop: the HTTP API's warm timeline reads, without a thread.
+
+A request thread pays for its hop twice (handing the request over, and the GIL it waits for
+after each socket call while the loop holds it), and under load the hops were most of a read's
+latency (README Performance). Here a read is sent from the loop itself on one connection per
+server, shared by every request of the process: each request writes its pipeline of meta gets
+and awaits a future; replies come back in the order the pipelines were written, so the
+connection's reader hands them out in that order. Under load one socket read brings the replies
+of several requests, so a read costs less than one system call per request.
+
+Placement is ``MemcacheCluster``'s (the same ``RendezvousRing``), commands are the same meta
+gets (``meta_get_pipeline``) and replies are parsed by the same ``take_values``, so an item read
+here is the item the blocking client would have read.
+
+**Failures.** A connection that closes, answers out of protocol, or leaves its oldest request
+unanswered for ``timeout`` seconds is aborted, and every request waiting on it gets
+``CacheUnavailable`` (nothing about their keys is known); the next request connects afresh. A
+request whose caller went away (its future cancelled) still has its replies read and dropped,
+so the replies of the requests behind it stay in step.
+
+Why not aiomcache (aio-libs): it speaks only the classic text commands (``gets`` has no time
+to live, which ``Item`` carries), one server per client, and parses through ``StreamReader``
+line by line; what is needed here is one pipelined command per server and a parser this
+package already has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from graph.cache import RendezvousRing
+from graph.memcache_pipe import CacheUnavailable, Item, meta_get_pipeline, take_values
+
+
+class _Waiting:
+    __slots__ = ("count", "found", "future", "sent")
+
+    def __init__(self, future: asyncio.Future[list[Item | None]], count: int) -> None:
+        self.future = future
+        self.count = count
+        self.found: list[Item | None] = []
+        self.sent = time.monotonic()
+
+
+class _Connection(asyncio.Protocol):
+    """One server's connection: pipelines go out in order, replies are handed out in order."""
+
+    def __init__(self, name: str, timeout: float) -> None:
+        self.name = name
+        self._timeout = timeout
+        self._transport: asyncio.Transport | None = None
+        self._chunks: list[bytes] = []  # what arrived and is not handed out yet
+        self._have = 0
+        self._need = 1  # bytes needed before the next reply can be parsed
+        self._waiting: deque[_Waiting] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # a stream transport (TCP)
+
+    def request(self, payload: bytes, count: int) -> asyncio.Future[list[Item | None]]:
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(loop.create_future(), count)
+        self._waiting.append(waiting)
+        assert self._transport is not None
+        self._transport.write(payload)
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(self._timeout, self._check)
+        return waiting.future
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._have += len(data)
+        if self._have < self._need:
+            return  # a value still arriving: parsed once it is all here
+        buf = data if len(self._chunks) == 1 else b"".join(self._chunks)
+        pos = 0
+        try:
+            while self._waiting:
+                head = self._waiting[0]
+                pos, need = take_values(buf, pos, head.count, head.found)
+                if need:
+                    break
+                self._waiting.popleft()
+                if not head.future.done():  # its caller may have gone
+                    head.future.set_result(head.found)
+            else:
+                need = 1
+                if pos < len(buf):
+                    raise ValueError("a reply nobody asked for")
+        except ValueError as exc:
+            self._abort(str(exc))
+            return
+        rest = buf[pos:]
+        self._chunks = [rest] if rest else []
+        self._have = len(rest)
+        self._need = need
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(f"connection lost ({exc or 'closed by the server'})")
+
+    def _check(self) -> None:
+        """Every ``timeout`` while requests wait: abort if the oldest has waited that long."""
+        self._watchdog = None
+        if not self._waiting or self.closed:
+            return
+        waited = time.monotonic() - self._waiting[0].sent
+        if waited >= self._timeout:
+            self._abort(f"no reply within {self._timeout} s")
+            return
+        self._watchdog = asyncio.get_running_loop().call_later(self._timeout - waited, self._check)
+
+    def _abort(self, reason: str) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+        self._fail_all(reason)
+
+    def _fail_all(self, reason: str) -> None:
+        self.closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        while self._waiting:
+            future = self._waiting.popleft().future
+            if not future.done():
+                future.set_exception(CacheUnavailable(f"memcached {self.name}: {reason}"))
+
+    def close(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.close()
+
+
+class AsyncMemcache:
+    """Meta gets over several servers from one event loop (only that loop may use it)."""
+
+    def __init__(self, servers: Iterable[tuple[str, int]], timeout: float = 2.0) -> None:
+        self._addresses = {f"{host}:{port}": (host, port) for host, port in servers}
+        if not self._addresses:
+            raise ValueError("no memcached servers configured")
+        self._ring = RendezvousRing(list(self._addresses))
+        self._timeout = timeout
+        self._connections: dict[str, _Connection] = {}
+        self._connecting: dict[str, asyncio.Future[_Connection]] = {}
+
+    async def gets_many(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
+        """As ``MemcacheCluster.gets_many``: every server's pipeline is written before any
+        reply is awaited, so the servers answer in parallel."""
+        unique = list(dict.fromkeys(keys))
+        asked: list[tuple[list[bytes], asyncio.Future[list[Item | None]]]] = []
+        for node, (mine, _) in zip(self._ring.nodes, self._ring.split(unique), strict=True):
+            if mine:
+                connection = self._connections.get(node)
+                if connection is None or connection.closed:
+                    connection = await self._connect(node)
+                asked.append((mine, connection.request(meta_get_pipeline(mine), len(mine))))
+        found: dict[bytes, Item] = {}
+        for mine, future in asked:
+            replies = await future
+            found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
+        return found
+
+    async def _connect(self, node: str) -> _Connection:
+        """One connection per server, however many requests ask for it at once."""
+        pending = self._connecting.get(node)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        loop = asyncio.get_running_loop()
+        pending = self._connecting[node] = loop.create_future()
+        host, port = self._addresses[node]
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(node, self._timeout), host, port),
+                self._timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            failed = CacheUnavailable(f"memcached {node}: {exc}")
+            pending.set_exception(failed)
+            pending.exception()  # retrieved: nobody else may be waiting
+            raise failed from exc
+        finally:
+            del self._connecting[node]
+        self._connections[node] = connection
+        pending.set_result(connection)
+        return connection
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

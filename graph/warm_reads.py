@@ -1,0 +1,142 @@
+"""Timeline reads on an event loop: a page whenever multi-GETs are all it needs.
+
+A read on a request thread pays for the hop twice (handing the request over, and the GIL it
+waits for after each socket call while the loop holds it); under load the hops were most of a
+read's latency and all of its tail (README Performance). Here the multi-GETs are sent from the
+event loop (graph/async_cache.py) and the page is walked on the loop.
+
+**The same code as every other read, never a second version of it.** The checks and the walk
+are ``TimelineFetch.settle`` and ``TimelineReader.page``, run by a reader of the loop's own whose
+memcached client answers multi-GETs from a record (``ReplayCache``) and whose edge store cannot
+be queried. A run that asks for a multi-GET beyond the record stops (``NotWarm`` with the
+keys); the keys are read on the loop, and the read runs again from the start with the longer
+record. The read is deterministic given what its multi-GETs return, so each run repeats the
+one before up to where it stopped, and the multi-GETs are sent in the order the blocking read
+sends them, each after the one before completed: a remembered user's read is one batch, a
+first read is two (the following list's shards after its head), a newly followed celebrity
+adds one. Anything else (a rebuild, a regeneration, a compaction, dropping a corrupt item, a
+wait for a list being built, a store query) raises ``NotWarm`` without keys: the read returns
+None, having changed nothing but the shared ``ReadMemory``, and the caller does the whole read
+the blocking way (which heals what needs healing). A corrupt member (``ValueError``,
+``IndexError``) is None too: the blocking read drops and regenerates the item.
+
+The remembered read is taken once, before the batch is sent, and the same value builds the
+batch and judges it: graph/timeline_fetch.py's argument needs the batch sent after the
+remembered head was read, and a request thread may remember a newer head while this one awaits.
+
+Only the event loop's thread uses a ``WarmReads``; the runs of one read happen between awaits,
+so the loop's reader and its record are never used by two reads at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NoReturn, cast
+
+from graph.async_cache import AsyncMemcache
+from graph.cache import Item, MemcacheCluster
+from graph.edges import EdgeStore
+from graph.timelines import TimelinePage, TimelineReader
+
+# Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
+# after its head), then celebrities it follows that were not remembered.
+ROUND_TRIPS = 3
+
+
+class NotWarm(Exception):
+    """A warm read needed I/O it cannot do on the loop: the caller reads the blocking way.
+    ``asked``: the keys of a multi-GET it could do there (None for anything else)."""
+
+    def __init__(self, what: str, asked: list[bytes] | None = None) -> None:
+        super().__init__(what)
+        self.asked = asked
+
+
+class ReplayCache(MemcacheCluster):
+    """The loop's reader's cluster: multi-GETs are answered from a record of earlier ones, in
+    order, and the first one beyond the record raises ``NotWarm`` with its keys (for the caller
+    to read them on the loop and run the read again with a longer record); every other exchange
+    with a server (a write, a delete, a flush: all go through ``_pipelined`` or ``_call``), and
+    a wait for a list being built, raise ``NotWarm``. The read is deterministic given what its
+    multi-GETs return, so a run with a longer record repeats the previous run up to where it
+    stopped."""
+
+    def __init__(self, servers: Iterable[tuple[str, int]]) -> None:
+        super().__init__(servers)
+        self._record: list[tuple[list[bytes], dict[bytes, Item]]] = []
+        self._next = 0
+
+    def replay(self, record: list[tuple[list[bytes], dict[bytes, Item]]]) -> None:
+        self._record = record
+        self._next = 0
+
+    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
+        asked = list(keys)
+        if self._next < len(self._record):
+            recorded, found = self._record[self._next]
+            if recorded == asked:
+                self._next += 1
+                return dict(found)
+        raise NotWarm("memcached", asked)
+
+    def wait(self, seconds: float) -> NoReturn:
+        raise NotWarm("a list being built")
+
+    def _pipelined(self, jobs: Any) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def _call(self, server: str, method: str, *args: Any) -> NoReturn:
+        raise NotWarm("memcached")
+
+
+class _OfflineStore:
+    """An edge store for the loop's reader: any query raises ``NotWarm``."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise NotWarm(f"edge store: {name}")
+
+
+def offline_store() -> EdgeStore:
+    return cast(EdgeStore, _OfflineStore())
+
+
+class WarmReads:
+    """``reader``: built on a ``ReplayCache`` and ``offline_store()``, sharing its ``ReadMemory``
+    with the process's blocking readers; ``servers``: the same memcached."""
+
+    def __init__(
+        self,
+        reader: TimelineReader,
+        replay: ReplayCache,
+        servers: Iterable[tuple[str, int]],
+        timeout: float = 2.0,
+    ) -> None:
+        self._reader = reader
+        self._replay = replay
+        self._cache = AsyncMemcache(servers, timeout)
+
+    async def page(self, user: str, limit: int, cursor: str | None) -> TimelinePage | None:
+        """The page ``TimelineReader.page`` would return, or None when the read is not warm.
+        Raises ``BadCursor`` and ``CacheUnavailable`` as the blocking read does."""
+        fetcher = self._reader.fetcher
+        last = fetcher.remembered(user)
+        batch = await self._cache.gets_many(fetcher.batch_keys(user, last))
+        record: list[tuple[list[bytes], dict[bytes, Item]]] = []
+        for _ in range(ROUND_TRIPS):
+            self._replay.replay(record)
+            try:
+                got = fetcher.settle(user, last, dict(batch))
+                return self._reader.page(user, limit, cursor, got)
+            except NotWarm as exc:
+                if exc.asked is None:
+                    return None
+                # Sent after every earlier read completed, as the blocking read sends it.
+                record.append((exc.asked, await self._cache.gets_many(exc.asked)))
+            except (ValueError, IndexError):
+                return None
+            finally:
+                self._replay.replay([])
+        return None
+
+    def close(self) -> None:
+        self._cache.close()
