@@ -35,6 +35,13 @@ class ApiSettings(BaseSettings):
     publish_timeout_s: float = Field(
         10.0, gt=0, le=300, description="POST /v1/events waits this long for the broker's acks"
     )
+    page_memo_mb: int = Field(
+        64,
+        ge=0,
+        le=65536,
+        description="per process: rendered timeline pages kept to answer unchanged reads "
+        "without walking them (validated by CAS ids on every read; 0: none)",
+    )
     ready_timeout_s: float = Field(
         2.0, gt=0, le=60, description="/readyz gives each dependency this long to answer"
     )

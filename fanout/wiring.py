@@ -16,6 +16,7 @@ from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge
 from graph.capped_lists import CappedListStore
 from graph.celebrity_posts import CelebrityPosts
 from graph.lists import ListStats
+from graph.page_memo import PageMemo
 from graph.timeline_fetch import ReadMemory
 from graph.timelines import TimelineReader, TimelineSource
 from graph.warm_reads import ReplayCache, WarmReads, offline_store
@@ -82,12 +83,13 @@ def timeline_reader(
     )
 
 
-def warm_reads(settings: Settings, memory: ReadMemory) -> WarmReads:
-    """The event loop's warm timeline reads (graph/warm_reads.py), sharing ``memory`` with the
-    process's blocking readers."""
+def warm_reads(settings: Settings, memory: ReadMemory, memo_bytes: int = 0) -> WarmReads:
+    """The event loop's timeline reads (graph/warm_reads.py), sharing ``memory`` with the
+    process's blocking readers; ``memo_bytes`` of rendered pages (graph/page_memo.py)."""
     servers = settings.memcached_servers
     replay = ReplayCache(servers)
-    return WarmReads(timeline_reader(settings, offline_store(), memory, replay), replay, servers)
+    reader = timeline_reader(settings, offline_store(), memory, replay)
+    return WarmReads(reader, replay, servers, PageMemo(memo_bytes) if memo_bytes else None)
 
 
 def group_id(settings: Settings, consumer: str) -> str:

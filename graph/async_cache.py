@@ -27,12 +27,27 @@ package already has.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from graph.cache import RendezvousRing
 from graph.memcache_pipe import CacheUnavailable, Item, meta_get_pipeline, take_values
+
+_epochs = itertools.count(1)
+
+
+class Versioned(NamedTuple):
+    """Items read, with the epochs of the connections that read them (one per server asked, in
+    ring order). A connection lives inside one run of its server, and a server gives every
+    change of an item a CAS id it never gave before in that run, so the same key with the same
+    CAS id read on connections of the same epochs is the same bytes: a version that survives
+    a restart of memcached (which starts its CAS ids again at 1) only as a miss."""
+
+    found: dict[bytes, Item]
+    epochs: tuple[int, ...]
 
 
 class _Waiting:
@@ -58,6 +73,7 @@ class _Connection(asyncio.Protocol):
         self._waiting: deque[_Waiting] = deque()
         self._watchdog: asyncio.TimerHandle | None = None
         self.closed = False
+        self.epoch = next(_epochs)  # unique in the process: see ``Versioned``
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # a stream transport (TCP)
@@ -147,21 +163,27 @@ class AsyncMemcache:
         self._connecting: dict[str, asyncio.Future[_Connection]] = {}
 
     async def gets_many(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
-        """As ``MemcacheCluster.gets_many``: every server's pipeline is written before any
-        reply is awaited, so the servers answer in parallel."""
+        """As ``MemcacheCluster.gets_many``."""
+        return (await self.gets_versioned(keys)).found
+
+    async def gets_versioned(self, keys: Sequence[bytes]) -> Versioned:
+        """The items, and the epochs of the connections that read them. Every server's
+        pipeline is written before any reply is awaited, so the servers answer in parallel."""
         unique = list(dict.fromkeys(keys))
         asked: list[tuple[list[bytes], asyncio.Future[list[Item | None]]]] = []
+        epochs: list[int] = []
         for node, (mine, _) in zip(self._ring.nodes, self._ring.split(unique), strict=True):
             if mine:
                 connection = self._connections.get(node)
                 if connection is None or connection.closed:
                     connection = await self._connect(node)
                 asked.append((mine, connection.request(meta_get_pipeline(mine), len(mine))))
+                epochs.append(connection.epoch)
         found: dict[bytes, Item] = {}
         for mine, future in asked:
             replies = await future
             found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
-        return found
+        return Versioned(found, tuple(epochs))
 
     async def _connect(self, node: str) -> _Connection:
         """One connection per server, however many requests ask for it at once."""

@@ -30,12 +30,14 @@ so the loop's reader and its record are never used by two reads at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NoReturn, cast
 
-from graph.async_cache import AsyncMemcache
+from graph.async_cache import AsyncMemcache, Versioned
 from graph.cache import Item, MemcacheCluster
 from graph.edges import EdgeStore
+from graph.page_memo import PageKey, PageMemo
+from graph.timeline_fetch import Remembered
 from graph.timelines import TimelinePage, TimelineReader
 
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
@@ -101,42 +103,93 @@ def offline_store() -> EdgeStore:
 
 
 class WarmReads:
-    """``reader``: built on a ``ReplayCache`` and ``offline_store()``, sharing its ``ReadMemory``
-    with the process's blocking readers; ``servers``: the same memcached."""
+    """``reader``: built on ``replay`` and ``offline_store()``, sharing its ``ReadMemory`` with
+    the process's blocking readers; ``servers``: the same memcached; ``memo``: rendered pages
+    (graph/page_memo.py), or None."""
 
     def __init__(
         self,
         reader: TimelineReader,
         replay: ReplayCache,
         servers: Iterable[tuple[str, int]],
+        memo: PageMemo | None = None,
         timeout: float = 2.0,
     ) -> None:
         self._reader = reader
         self._replay = replay
         self._cache = AsyncMemcache(servers, timeout)
+        self._memo = memo
 
     async def page(self, user: str, limit: int, cursor: str | None) -> TimelinePage | None:
         """The page ``TimelineReader.page`` would return, or None when the read is not warm.
         Raises ``BadCursor`` and ``CacheUnavailable`` as the blocking read does."""
+        last = self._reader.fetcher.remembered(user)
+        batch = await self._cache.gets_many(self._reader.fetcher.batch_keys(user, last))
+        page, _ = await self._walk(user, last, batch, limit, cursor)
+        return page
+
+    async def rendered(
+        self,
+        user: str,
+        limit: int,
+        cursor: str | None,
+        render: Callable[[TimelinePage], bytes | None],
+    ) -> bytes | None:
+        """``render(page)`` of ``page``'s page (None when ``page`` is None or ``render`` says
+        so), remembered in the memo when the read took one batch, and taken from there when a
+        later read of the same page finds the same items."""
         fetcher = self._reader.fetcher
         last = fetcher.remembered(user)
-        batch = await self._cache.gets_many(fetcher.batch_keys(user, last))
+        keys = fetcher.batch_keys(user, last)
+        batch = await self._cache.gets_versioned(keys)
+        memo = self._memo
+        validator = None if memo is None else _validator(last, keys, batch)
+        asked: PageKey = (user, limit, cursor)
+        if memo is not None and validator is not None:
+            body = memo.get(asked, validator)
+            if body is not None:
+                return body
+        page, trips = await self._walk(user, last, batch.found, limit, cursor)
+        body = None if page is None else render(page)
+        if memo is not None and validator is not None and body is not None and not trips:
+            memo.put(asked, validator, body)
+        return body
+
+    async def _walk(
+        self,
+        user: str,
+        last: Remembered | None,
+        batch: dict[bytes, Item],
+        limit: int,
+        cursor: str | None,
+    ) -> tuple[TimelinePage | None, int]:
+        """The page from ``batch`` (read with ``batch_keys(user, last)``) and the multi-GETs it
+        needed after it, run by run (module docstring), with how many there were."""
         record: list[tuple[list[bytes], dict[bytes, Item]]] = []
-        for _ in range(ROUND_TRIPS):
+        while len(record) <= ROUND_TRIPS:
             self._replay.replay(record)
             try:
-                got = fetcher.settle(user, last, dict(batch))
-                return self._reader.page(user, limit, cursor, got)
+                got = self._reader.fetcher.settle(user, last, dict(batch))
+                return self._reader.page(user, limit, cursor, got), len(record)
             except NotWarm as exc:
-                if exc.asked is None:
-                    return None
+                if exc.asked is None or len(record) == ROUND_TRIPS:
+                    break
                 # Sent after every earlier read completed, as the blocking read sends it.
                 record.append((exc.asked, await self._cache.gets_many(exc.asked)))
             except (ValueError, IndexError):
-                return None
+                break
             finally:
                 self._replay.replay([])
-        return None
+        return None, len(record)
 
     def close(self) -> None:
         self._cache.close()
+
+
+def _validator(last: Remembered | None, keys: list[bytes], batch: Versioned) -> Hashable | None:
+    """What decides the page of a one-batch read (graph/page_memo.py), as plain tuples; None
+    when the servers give no CAS ids (memcached ``-C``), which leaves nothing to validate by."""
+    cas_ids = tuple(None if (item := batch.found.get(k)) is None else item.cas for k in keys)
+    if b"0" in cas_ids:
+        return None
+    return (None if last is None else tuple(last), batch.epochs, cas_ids)

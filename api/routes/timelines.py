@@ -46,10 +46,16 @@ async def timeline(request: Request) -> Response:
     cursor = params.cursor(request)
     if ctx.warm is not None:
         with contextlib.suppress(BadCursor):  # the blocking read answers it
-            page = await ctx.warm.page(user, limit, cursor)
-            if page is not None and page.entries:
-                return json_response(rendered(page))
+            body = await ctx.warm.rendered(user, limit, cursor, shown)
+            if body is not None:
+                return json_response(body)
     return json_response(await ctx.pool.run(read_page, user, limit, cursor))
+
+
+def shown(page: TimelinePage) -> bytes | None:
+    """A page the warm read may answer with: one that shows something (an empty one may be an
+    unknown user's, which only the store can tell)."""
+    return rendered(page) if page.entries else None
 
 
 ROUTES = (
