@@ -4,9 +4,10 @@ A warm read of an unchanged timeline fetches the same items and walks them to th
 every time; the walk and the rendering cost more CPU than the rest of an HTTP request
 (README Performance). So the event loop's reader (graph/warm_reads.py) keeps, per page asked
 (user, limit, cursor), what it rendered and the *validator* it was read under: the remembered
-read that chose the keys, the epochs of the connections that read them and each key's CAS id
-(None: missing). A later read of the same page still fetches the items; when it finds the same
-validator it returns the rendered bytes without walking.
+read that chose the keys, the epochs of the connections that read them, and per key its CAS
+id (None: missing; a small item stands for itself, by its bytes). A later read of the same page
+still fetches the items; when it finds the same validator it returns the rendered bytes
+without walking.
 
 **Why the same validator means the same page.** The keys asked are a function of the user and
 the remembered read. A CAS id names one version of an item within one run of a memcached
