@@ -66,6 +66,7 @@ REMEMBERED_USERS = 1 << 15
 class Remembered(NamedTuple):
     head: bytes  # the following list's head as last read (a committed index)
     celebrities: tuple[str, ...]  # celebrities the user followed then
+    keys: tuple[bytes, ...]  # the next read's batch, derived from the two above (batch_keys)
 
 
 class ReadMemory:
@@ -131,16 +132,21 @@ class TimelineFetch:
         """The keys of a read's first multi-GET: the following list's head, the timeline, the
         celebrity set, and the shards and celebrities of ``last`` (what ``remembered`` said of
         the user's last read: taken once, before the batch is sent)."""
-        list_key = self._lists.index_key(ListRef(ListKind.FOLLOWING, user))
-        keys = [
-            list_key,
+        if last is not None:
+            return list(last.keys)
+        return [
+            self._lists.index_key(ListRef(ListKind.FOLLOWING, user)),
             self._timelines.index_key(ListRef(ListKind.TIMELINE, user)),
             self._celebrity_posts.set_key,
         ]
-        if last is not None:
-            keys += self._lists.named_shards(list_key, last.head)
-            keys += self._celebrity_posts.keys(last.celebrities)
-        return keys
+
+    def _remember(self, user: str, head: bytes, celebrities: list[str]) -> Remembered:
+        """What a read that accepted ``head`` leaves for the next one, its batch's keys
+        included (computed once, not on every read)."""
+        first = self.batch_keys(user, None)
+        shards = self._lists.named_shards(first[0], head)
+        keys = (*first, *shards, *self._celebrity_posts.keys(celebrities))
+        return Remembered(head, tuple(celebrities), keys)
 
     def fetch(self, user: str) -> Fetched:
         last = self.remembered(user)
@@ -172,8 +178,10 @@ class TimelineFetch:
             found.update(self._get(unread))
         if accepted is None:  # read the long way: the next read starts afresh
             self._memory.forget(user)
+        elif last is not None and (accepted, tuple(celebrities)) == last[:2]:
+            self._memory.put(user, last)  # unchanged: only its place in the queue moves
         else:
-            self._memory.put(user, Remembered(accepted, tuple(celebrities)))
+            self._memory.put(user, self._remember(user, accepted, celebrities))
 
         delivered = self._timelines.fetched(found.get(timeline_key))
         if delivered is None:
