@@ -8,7 +8,6 @@ reachable from other machines would let anyone read any timeline and publish as 
 
 from __future__ import annotations
 
-import gc
 import ipaddress
 from collections.abc import Callable
 
@@ -21,7 +20,7 @@ from api.auth import AuthConfigError, TokenVerifier
 from api.backends import Backends
 from api.consumer_lag import ConsumerLag, WatchedGroup
 from api.settings import ApiSettings
-from fanout import wiring
+from fanout import gc_policy, wiring
 from fanout.settings import Settings
 from graph.timeline_fetch import ReadMemory
 from producers import EventPublisher
@@ -74,24 +73,8 @@ def watched_groups(settings: Settings) -> list[WatchedGroup]:
 
 def build_app() -> Starlette:
     app = app_for(Settings(), ApiSettings())
-    quiet_collector()
+    gc_policy.tune_for_serving()
     return app
-
-
-# Young collections every 10k allocations, a full one considered every 100 of the middle ones.
-COLLECTOR_THRESHOLDS = (10_000, 10, 100)
-
-
-def quiet_collector() -> None:
-    """A worker's cyclic garbage collector, tuned for latency. Under load every request's
-    objects outlive a few young collections (other requests allocate meanwhile) and reach the
-    oldest generation, so with the default thresholds a full collection ran every second or
-    two, each 30-60 ms on this machine (it walks every object of the process, imports included),
-    and set the p99 of timeline reads (README Performance). Everything alive once the app is
-    built is frozen out of collections for good, and collections run less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 def app_for(settings: Settings, api: ApiSettings) -> Starlette:
