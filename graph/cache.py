@@ -7,7 +7,9 @@ same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
 Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
-graph/memcache_pipe.py for why); FLUSH through pymemcache.
+graph/memcache_pipe.py for why); FLUSH through pymemcache. Invariant: every exchange with a
+server goes through ``_pipelined`` or ``_call`` (graph/warm_reads.py's ``ReplayCache`` overrides
+exactly those two to refuse I/O on an event loop).
 """
 
 from __future__ import annotations
