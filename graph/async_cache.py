@@ -87,6 +87,9 @@ class _Connection(asyncio.Protocol):
         one system call (a write cost more than the rest of a warm read, README Performance)."""
         loop = asyncio.get_running_loop()
         waiting = _Waiting(loop.create_future(), count)
+        if self.closed:  # lost before this request: nothing would ever answer it
+            waiting.future.set_exception(CacheUnavailable(f"memcached {self.name}: closed"))
+            return waiting.future
         self._waiting.append(waiting)
         self._unsent.append(payload)
         if len(self._unsent) == 1:
@@ -225,11 +228,13 @@ class AsyncMemcache:
                 loop.create_connection(lambda: _Connection(node, self._timeout), host, port),
                 self._timeout,
             )
-        except (OSError, TimeoutError) as exc:
-            failed = CacheUnavailable(f"memcached {node}: {exc}")
+        except BaseException as exc:  # a cancelled connect too: nobody may wait on it forever
+            failed = CacheUnavailable(f"memcached {node}: {exc!r}")
             pending.set_exception(failed)
             pending.exception()  # retrieved: nobody else may be waiting
-            raise failed from exc
+            if isinstance(exc, OSError | TimeoutError):
+                raise failed from exc
+            raise
         finally:
             del self._connecting[node]
         self._connections[node] = connection
