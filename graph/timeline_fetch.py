@@ -4,8 +4,9 @@ A read needs the reader's following list (its head item, then the shards the hea
 timeline item, the celebrity set and the recent-posts items of the celebrities it follows
 (graph/celebrity_posts.py). In dependency order that is three or four round trips. Here it is
 one multi-GET: the fetcher remembers, per user (in-process, least recently used first out), the
-following list's head value and the celebrities the user followed at its last read, and asks
-for the shards that head names and those celebrities' items in the same batch as the head.
+following list's head value and the celebrities the user followed at its last read (with the
+keys of the next batch, derived from those once), and asks for the shards that head names and
+those celebrities' items in the same batch as the head.
 
 The batch's shards are used only if the head it brought back **equals** the remembered value.
 Otherwise (a first read, or the list changed since) the shards the new head names are read in a
@@ -59,7 +60,7 @@ from graph.celebrity_posts import CelebrityPosts
 from graph.keys import ListKind, ListRef
 from graph.sharded_lists import ListStore
 
-# Users whose last read is remembered: ~150 bytes each (a head value, a tuple of names).
+# Users whose last read is remembered: ~600 bytes each (a head value, names, the next keys).
 REMEMBERED_USERS = 1 << 15
 
 
