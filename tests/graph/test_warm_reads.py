@@ -9,16 +9,21 @@ goes through to the real servers).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 import uvloop
 
 import graph.lists
+from fanout import wiring
+from fanout.settings import Settings
+from fanout.stack import free_port
 from graph import ListKind, ListRef
-from graph.cache import MemcacheCluster
+from graph.cache import CacheUnavailable, MemcacheCluster
 from graph.fencing import index_marker, new_generation, timeline_marker
-from graph.timelines import BadCursor, TimelineEntry
+from graph.timeline_fetch import ReadMemory
+from graph.timelines import BadCursor, TimelineEntry, TimelinePage
 from tests.graph.warm_pair import Pair, writes
 
 
@@ -196,3 +201,19 @@ def test_a_forged_cursor_is_bad_cursor_as_in_the_blocking_read(pair: Pair) -> No
         pair.blocking.page("me", 10, forged)
     with pytest.raises(BadCursor):
         pair.warm("me", 10, forged)
+
+
+def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blocking_read(
+    settings: Settings,
+) -> None:
+    down = settings.model_copy(update={"memcached": f"127.0.0.1:{free_port()}"})
+    warm = wiring.warm_reads(down, ReadMemory())
+
+    async def read() -> TimelinePage | None:
+        try:
+            return await warm.page("me", 10, None)
+        finally:
+            warm.close()
+
+    with pytest.raises(CacheUnavailable):
+        asyncio.run(read())
