@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 from starlette.testclient import TestClient
 
-from tests.api.conftest import Graph
+from api.backends import Backends
+from api.context import ApiContext
+from fanout.settings import Settings
+from tests.api.conftest import Graph, api_client
 
 PROBLEM = "application/problem+json"
 
@@ -87,3 +94,48 @@ def test_unknown_routes_and_methods_are_problems_too(client: TestClient) -> None
     assert missing.json()["type"] == "urn:fanout:problem:not-found"
     wrong = client.delete("/v1/timelines/u1")
     assert wrong.status_code == 405 and wrong.headers["content-type"] == PROBLEM
+
+
+def test_a_warm_read_is_answered_on_the_loop_while_every_backend_thread_is_busy(
+    settings: Settings, graph: Graph
+) -> None:
+    """The one backend thread is held; a warm read is still answered (from the event loop),
+    while a first-ever read and an empty page (both need the thread) wait for it and then
+    are answered as always."""
+    graph.follow("reader", "ann", "bob")
+    graph.follow("newcomer", "ann")
+    graph.follow("lonely", "quiet")
+    posts = [graph.post("ann" if i % 2 else "bob", f"p{i}", ago_ms=1000 * i) for i in range(5)]
+    expected = [{"post_id": p.post_id, "author": p.author, "ts": p.ts} for p in posts]
+    with api_client(settings, threads=1) as client:
+        assert client.get("/v1/timelines/reader").json()["posts"] == expected  # cold: the pool
+        api: ApiContext = client.app.state.api  # type: ignore[attr-defined]
+        assert client.portal is not None
+        holding, release = threading.Event(), threading.Event()
+
+        def hold(_backends: Backends) -> None:
+            holding.set()
+            release.wait(10)  # a read the loop cannot answer waits this long, then fails
+
+        held = client.portal.start_task_soon(api.pool.run, hold)
+        try:
+            assert holding.wait(10)
+            page = client.get("/v1/timelines/reader", params={"limit": 2})
+            assert page.status_code == 200 and page.json()["posts"] == expected[:2]
+            cursor = page.json()["next"]
+            rest = client.get("/v1/timelines/reader", params={"cursor": cursor})
+            assert rest.json() == {"user": "reader", "posts": expected[2:], "next": None}
+            assert not held.done()  # the thread was busy all along
+
+            with ThreadPoolExecutor(2) as requests:
+                first = requests.submit(client.get, "/v1/timelines/newcomer")
+                empty = requests.submit(client.get, "/v1/timelines/lonely")
+                time.sleep(0.2)
+                assert not first.done() and not empty.done()  # queued for the thread
+                release.set()
+                first_body, empty_body = first.result(10).json(), empty.result(10).json()
+        finally:
+            release.set()
+        held.result(10)
+    assert first_body["posts"] == [e for e in expected if e["author"] == "ann"]
+    assert empty_body == {"user": "lonely", "posts": [], "next": None}

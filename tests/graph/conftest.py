@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from fanout.settings import Settings
 from graph.edges import EdgeStore
 from tests.graph.edge_backends import BACKENDS, real_mongo_skip_reason
+from tests.graph.warm_pair import Pair, count_multi_gets, make_pair
 
 
 @pytest.fixture(params=list(BACKENDS))
@@ -16,3 +18,17 @@ def edge_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EdgeS
         pytest.skip(reason)
     with BACKENDS[name](tmp_path) as store:
         yield store
+
+
+@pytest.fixture
+def multi_gets(monkeypatch: pytest.MonkeyPatch) -> list[list[bytes]]:
+    """The keys of every ``AsyncMemcache.gets_many`` call of the test, in order."""
+    return count_multi_gets(monkeypatch)
+
+
+@pytest.fixture
+def pair(settings: Settings, multi_gets: list[list[bytes]]) -> Iterator[Pair]:
+    """A blocking reader and warm reads sharing a ``ReadMemory`` (tests/graph/warm_pair.py)."""
+    made = make_pair(settings, multi_gets)
+    yield made
+    made.close()

@@ -1,0 +1,219 @@
+"""``WarmReads.page`` against the blocking ``TimelineReader.page``, on the same real memcached.
+
+A warm read is the blocking read's own code replayed over multi-GETs sent from an event loop,
+so for any state of the cache it must return exactly the blocking read's page or None, and
+None (having written nothing) whenever the read would need a write, a store query or a wait.
+Multi-GETs are counted by wrapping ``AsyncMemcache.gets_many`` (instrumentation: every call
+goes through to the real servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import uvloop
+
+import graph.lists
+from fanout import wiring
+from fanout.settings import Settings
+from fanout.stack import free_port
+from graph import ListKind, ListRef
+from graph.cache import CacheUnavailable, MemcacheCluster
+from graph.fencing import index_marker, new_generation, timeline_marker
+from graph.timeline_fetch import ReadMemory
+from graph.timelines import BadCursor, TimelineEntry, TimelinePage
+from tests.graph.warm_pair import Pair, writes
+
+
+def warmed(pair: Pair) -> None:
+    """``me`` follows ``a`` and ``b``, who posted; the lists and the timeline are cached (a
+    blocking read built them) and the warm read remembers ``me``."""
+    pair.follow("me", "a", "b")
+    for i in range(6):
+        pair.post("ab"[i % 2], f"p{i}", ["me"], ago_ms=1000 * i)
+    pair.blocking.page("me")  # cold: built from the store
+    assert pair.both("me") is not None
+    assert len(pair.warm("me").entries) == 6  # type: ignore[union-attr]
+    assert len(pair.multi_gets) == 1
+
+
+def assert_none_and_nothing_written(pair: Pair, user: str = "me") -> None:
+    before = writes(pair.settings)
+    assert pair.warm(user) is None
+    assert writes(pair.settings) == before
+
+
+def test_a_remembered_read_is_one_multi_get_a_first_read_two_a_new_celebrity_one_more(
+    pair: Pair, cache: MemcacheCluster
+) -> None:
+    pair.follow("me", "a", "b")
+    for i in range(6):
+        pair.post("ab"[i % 2], f"p{i}", ["me"], ago_ms=1000 * i)
+    pair.blocking.page("me")  # cold: lists and timeline built from the store
+    assert pair.memory.get("me") is None  # read the long way: nothing remembered
+
+    first = pair.warm("me", run=uvloop.run)  # uvloop's transports, as `fanout serve` runs
+    assert first is not None and first == pair.blocking.page("me")
+    assert [e.post_id for e in first.entries] == [f"p{i}" for i in range(6)]
+    assert len(pair.multi_gets) == 2  # the batch, then the head's shards after it
+    assert pair.multi_gets[1] and all(k != pair.following_key("me") for k in pair.multi_gets[1])
+
+    assert pair.both("me") == first
+    assert len(pair.multi_gets) == 1  # remembered: shards in the batch
+
+    head = cache.gets_many([pair.following_key("me")])
+    pair.celebrity_post("star", "s1")
+    pair.follow("me", "star")
+    assert cache.gets_many([pair.following_key("me")]) == head  # no rollover: same shards
+    page = pair.both("me")
+    assert page is not None and page.entries[0] == TimelineEntry(pair.now, "star", "s1")
+    assert len(pair.multi_gets) == 2  # its recent posts, not remembered, after the batch
+    assert pair.both("me") == page
+    assert len(pair.multi_gets) == 1
+
+    pair.memory.forget("me")  # as a process that never read `me` (or forgot it)
+    assert pair.both("me") == page
+    assert len(pair.multi_gets) == 3  # batch, shards, the celebrity's posts
+
+
+def test_an_absent_following_list_is_none_and_written_by_the_blocking_read_only(
+    pair: Pair, cache: MemcacheCluster
+) -> None:
+    warmed(pair)
+    pair.blocking.follow_lists.invalidate([ListRef(ListKind.FOLLOWING, "me")])
+    assert_none_and_nothing_written(pair)
+    assert cache.gets_many([pair.following_key("me")]) == {}  # not claimed, not rebuilt
+    healed = pair.blocking.page("me")
+    assert len(healed.entries) == 6
+    assert pair.both("me") == healed
+
+
+def test_an_absent_timeline_is_none_and_written_by_the_blocking_read_only(
+    pair: Pair, cache: MemcacheCluster
+) -> None:
+    warmed(pair)
+    pair.blocking.timelines.invalidate([ListRef(ListKind.TIMELINE, "me")])
+    assert_none_and_nothing_written(pair)
+    assert cache.gets_many([pair.timeline_key("me")]) == {}
+    healed = pair.blocking.page("me")
+    assert len(healed.entries) == 6
+    assert pair.both("me") == healed
+
+
+@pytest.mark.parametrize("which", ["following", "timeline"])
+def test_a_list_being_built_is_none_at_once(
+    pair: Pair, cache: MemcacheCluster, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """The blocking read would wait for the builder (``BUILD_WAIT_S`` a round, made long
+    here); the warm read must refuse instead of sleeping on the event loop."""
+    warmed(pair)
+    gen = new_generation(60)
+    key, marker = (
+        (pair.following_key("me"), index_marker(gen))
+        if which == "following"
+        else (pair.timeline_key("me"), timeline_marker(gen))
+    )
+    cache.set_many({key: marker}, expire=60)
+    wait_s = 4.0
+    monkeypatch.setattr(graph.lists, "BUILD_WAIT_S", wait_s)
+    started = time.monotonic()
+    assert_none_and_nothing_written(pair)
+    assert time.monotonic() - started < wait_s / 2  # never slept a round
+    assert cache.get_many([key]) == {key: marker}
+    monkeypatch.undo()
+    cache.delete_many([key])  # the builder gave up: the next reader builds it
+    healed = pair.blocking.page("me")
+    assert len(healed.entries) == 6
+    assert pair.both("me") == healed
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [b"not a token list", b"+junk ", b"+x!a!p9 ", b"+0000000001000!a ", b"+\xff\xfe!a!p "],
+)
+def test_a_corrupt_timeline_is_none_and_dropped_by_the_blocking_read(
+    pair: Pair, cache: MemcacheCluster, junk: bytes
+) -> None:
+    warmed(pair)
+    key = pair.timeline_key("me")
+    cache.set_many({key: junk})
+    assert_none_and_nothing_written(pair)
+    assert cache.get_many([key]) == {key: junk}  # still there
+    healed = pair.blocking.page("me")  # drops and regenerates it
+    assert len(healed.entries) == 6
+    assert cache.get_many([key])[key] != junk
+    assert pair.both("me") == healed
+
+
+def test_missing_celebrity_items_are_none_until_the_blocking_read_rebuilds_them(
+    pair: Pair, cache: MemcacheCluster
+) -> None:
+    warmed(pair)
+    pair.celebrity_post("star", "s1")
+    pair.follow("me", "star")
+    page = pair.both("me")
+    assert page is not None and len(page.entries) == 7
+    celebrity_posts = pair.blocking.celebrity_posts
+    for key in (celebrity_posts.set_key, *celebrity_posts.keys(["star"])):
+        cache.delete_many([key])
+        assert_none_and_nothing_written(pair)
+        assert cache.gets_many([key]) == {}
+        assert pair.blocking.page("me") == page  # rebuilds the item from the store
+        assert pair.both("me") == page
+        assert len(pair.multi_gets) == 1
+
+
+def test_every_page_with_a_cursor_is_the_blocking_page(pair: Pair) -> None:
+    pair.follow("me", "a", "b", "c")
+    pair.follow("me", "c", active=False)  # posts of c are filtered out at read time
+    for i in range(11):
+        pair.post("abc"[i % 3], f"p{i}", ["me"], ago_ms=1000 * (i // 2))  # times shared
+    pair.celebrity_post("star", "s1", ago_ms=2500)
+    pair.celebrity_post("star", "s2", ago_ms=7000)
+    pair.follow("me", "star")
+    pair.blocking.page("me")
+    want = pair.blocking.read("me", limit=100)
+    assert len(want) == 10  # a: 4, b: 4, star: 2
+    for limit in (1, 2, 4, 50):
+        seen: list[TimelineEntry] = []
+        cursor = None
+        while True:
+            page = pair.both("me", limit, cursor)
+            assert page is not None, (limit, cursor)
+            seen += page.entries
+            cursor = page.next
+            if cursor is None:
+                break
+        assert seen == want, limit
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="WarmReads.page catches ValueError to answer None for a corrupt member; BadCursor "
+    "is a ValueError, so a forged cursor is None, not BadCursor as its docstring says",
+)
+def test_a_forged_cursor_is_bad_cursor_as_in_the_blocking_read(pair: Pair) -> None:
+    warmed(pair)
+    forged = "bm90LWEtY3Vyc29y"  # "not-a-cursor"
+    with pytest.raises(BadCursor):
+        pair.blocking.page("me", 10, forged)
+    with pytest.raises(BadCursor):
+        pair.warm("me", 10, forged)
+
+
+def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blocking_read(
+    settings: Settings,
+) -> None:
+    down = settings.model_copy(update={"memcached": f"127.0.0.1:{free_port()}"})
+    warm = wiring.warm_reads(down, ReadMemory())
+
+    async def read() -> TimelinePage | None:
+        try:
+            return await warm.page("me", 10, None)
+        finally:
+            warm.close()
+
+    with pytest.raises(CacheUnavailable):
+        asyncio.run(read())
