@@ -165,6 +165,15 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
 
+class _Abandoned(Exception):
+    """The request making a connection went away before it was made."""
+
+
+def _retrieved(future: asyncio.Future[list[Item | None]]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class AsyncMemcache:
     """Meta gets over several servers from one event loop (only that loop may use it)."""
 
@@ -196,9 +205,14 @@ class AsyncMemcache:
                 asked.append((mine, connection.request(meta_get_pipeline(mine), len(mine))))
                 epochs.append(connection.epoch)
         found: dict[bytes, Item] = {}
-        for mine, future in asked:
-            replies = await future
-            found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
+        try:
+            for mine, future in asked:
+                replies = await future
+                found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
+        except BaseException:
+            for _, future in asked:  # another server's failure is not news to anyone
+                future.add_done_callback(_retrieved)
+            raise
         return Versioned(found, tuple(epochs))
 
     def _split(self, keys: list[bytes]) -> list[tuple[str, list[bytes]]]:
@@ -216,10 +230,13 @@ class AsyncMemcache:
         return split
 
     async def _connect(self, node: str) -> _Connection:
-        """One connection per server, however many requests ask for it at once."""
-        pending = self._connecting.get(node)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        """One connection per server, however many requests ask for it at once (if the one
+        making it goes away, the next makes it)."""
+        while (pending := self._connecting.get(node)) is not None:
+            try:
+                return await asyncio.shield(pending)
+            except _Abandoned:
+                continue
         loop = asyncio.get_running_loop()
         pending = self._connecting[node] = loop.create_future()
         host, port = self._addresses[node]
@@ -228,12 +245,14 @@ class AsyncMemcache:
                 loop.create_connection(lambda: _Connection(node, self._timeout), host, port),
                 self._timeout,
             )
-        except BaseException as exc:  # a cancelled connect too: nobody may wait on it forever
+        except (OSError, TimeoutError) as exc:
             failed = CacheUnavailable(f"memcached {node}: {exc!r}")
             pending.set_exception(failed)
             pending.exception()  # retrieved: nobody else may be waiting
-            if isinstance(exc, OSError | TimeoutError):
-                raise failed from exc
+            raise failed from exc
+        except BaseException:  # cancelled: those who joined must not wait forever
+            pending.set_exception(_Abandoned())
+            pending.exception()
             raise
         finally:
             del self._connecting[node]

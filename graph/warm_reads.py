@@ -38,7 +38,7 @@ from graph.cache import Item, MemcacheCluster
 from graph.edges import EdgeStore
 from graph.page_memo import PageKey, PageMemo
 from graph.timeline_fetch import Remembered
-from graph.timelines import TimelinePage, TimelineReader
+from graph.timelines import BadCursor, TimelinePage, TimelineReader
 
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
 # after its head), then celebrities it follows that were not remembered.
@@ -178,7 +178,9 @@ class WarmReads:
                     break
                 # Sent after every earlier read completed, as the blocking read sends it.
                 record.append((exc.asked, await self._cache.gets_many(exc.asked)))
-            except (ValueError, IndexError):
+            except BadCursor:
+                raise
+            except (ValueError, IndexError):  # a corrupt member: the blocking read heals it
                 break
             finally:
                 self._replay.replay([])

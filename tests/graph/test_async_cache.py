@@ -299,11 +299,6 @@ def test_a_stopped_server_fails_calls_and_the_next_call_after_it_is_back_reconne
     uvloop.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AsyncMemcache._connect: a caller cancelled while connecting leaves the shared "
-    "pending future unresolved, so every call that joined it waits forever",
-)
 def test_a_call_cancelled_while_connecting_does_not_strand_the_calls_that_joined_it(
     servers: Servers, cache: MemcacheCluster
 ) -> None:

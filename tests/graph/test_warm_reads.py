@@ -189,11 +189,6 @@ def test_every_page_with_a_cursor_is_the_blocking_page(pair: Pair) -> None:
         assert seen == want, limit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="WarmReads.page catches ValueError to answer None for a corrupt member; BadCursor "
-    "is a ValueError, so a forged cursor is None, not BadCursor as its docstring says",
-)
 def test_a_forged_cursor_is_bad_cursor_as_in_the_blocking_read(pair: Pair) -> None:
     warmed(pair)
     forged = "bm90LWEtY3Vyc29y"  # "not-a-cursor"
