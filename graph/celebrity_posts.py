@@ -154,6 +154,12 @@ class CelebrityPosts:
         authors = sorted(self.celebrities(found) & following)
         return self.posts(authors, self._cache.gets_many(self.keys(authors)))
 
+    def drop(self, authors: Sequence[str]) -> None:
+        """Deletes these authors' items (one held a member not of our form): the next reader
+        rebuilds them from the store."""
+        if authors:
+            self._cache.delete_many(self.keys(authors))
+
     # -- the fan-out consumer --------------------------------------------------------------------
 
     def refresh(self, authors: Collection[str]) -> None:

@@ -102,7 +102,8 @@ class TimelineReader:
 
         A timeline whose members are not of our own form (bytes corrupted outside: every
         writer here writes members through ``TimelineEntry``) is dropped and regenerated, as a
-        corrupt list is (README "Broken lists"); found when a read walks the bad member."""
+        corrupt list is (README "Broken lists"), and so are the posts items of the celebrities
+        merged into it; found when a read walks the bad member."""
         if limit < 1:
             return []
         cursor = None if before is None else before.member
@@ -113,7 +114,14 @@ class TimelineReader:
             return self._read(user, limit, cursor)
 
     def _read(self, user: str, limit: int, cursor: str | None) -> list[TimelineEntry]:
-        return self._walk(user, self.fetcher.fetch(user), limit, cursor)
+        got = self.fetcher.fetch(user)
+        try:
+            return self._walk(user, got, limit, cursor)
+        except (ValueError, IndexError):
+            # The bad member may be in a celebrity's posts item as well as in the timeline:
+            # those are rebuilt from the store by the read that ``read`` tries next.
+            self.celebrity_posts.drop(got.celebrities)
+            raise
 
     def _walk(self, user: str, got: Fetched, limit: int, cursor: str | None) -> list[TimelineEntry]:
         delivered = got.delivered

@@ -31,6 +31,7 @@ so the loop's reader and its record are never used by two reads at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from hashlib import blake2b
 from typing import Any, NoReturn, cast
 
 from graph.async_cache import AsyncMemcache, Versioned
@@ -45,6 +46,8 @@ from graph.timelines import BadCursor, TimelinePage, TimelineReader
 ROUND_TRIPS = 3
 # Items up to this size are validated by their bytes rather than their CAS id.
 SMALL_ITEM = 256
+# What a version costs a memo entry: a bytes object of up to 17 bytes and its tuple slot.
+VERSION_BYTES = 58
 
 
 class NotWarm(Exception):
@@ -145,16 +148,16 @@ class WarmReads:
         keys = fetcher.batch_keys(user, last)
         batch = await self._cache.gets_versioned(keys)
         memo = self._memo
-        validator = None if memo is None else _validator(last, keys, batch)
+        validated = None if memo is None else _validator(last, keys, batch)
         asked: PageKey = (user, limit, cursor)
-        if memo is not None and validator is not None:
-            body = memo.get(asked, validator)
+        if memo is not None and validated is not None:
+            body = memo.get(asked, validated[0])
             if body is not None:
                 return body
         page, trips = await self._walk(user, last, batch.found, limit, cursor)
         body = None if page is None else render(page)
-        if memo is not None and validator is not None and body is not None and not trips:
-            memo.put(asked, validator, body)
+        if memo is not None and validated is not None and body is not None and not trips:
+            memo.put(asked, *validated, body)
         return body
 
     async def _walk(
@@ -190,21 +193,24 @@ class WarmReads:
         self._cache.close()
 
 
-def _validator(last: Remembered | None, keys: list[bytes], batch: Versioned) -> Hashable | None:
-    """What decides the page of a one-batch read (graph/page_memo.py), as plain tuples; None
-    when the servers give no CAS ids (memcached ``-C``), which leaves nothing to validate by.
-    A small item stands for itself (``=`` and its bytes; a CAS id is digits only): the
-    celebrity set is rebuilt with the same bytes and a new CAS id every few seconds, and every
-    read has it in its batch."""
+def _validator(
+    last: Remembered | None, keys: list[bytes], batch: Versioned
+) -> tuple[Hashable, int] | None:
+    """What decides the page of a one-batch read (graph/page_memo.py), as plain tuples, and the
+    bytes it holds beyond what ``last`` holds; None when the servers give no CAS ids (memcached
+    ``-C``), which leaves nothing to validate by. A small item stands for its bytes (``=`` and a
+    128-bit BLAKE2b digest of them; a CAS id is digits only): the celebrity set is rebuilt with
+    the same bytes and a new CAS id every few seconds, and every read has it in its batch."""
     versions: list[bytes | None] = []
     for key in keys:
         item = batch.found.get(key)
         if item is None:
             versions.append(None)
         elif len(item.value) <= SMALL_ITEM:
-            versions.append(b"=" + item.value)
+            versions.append(b"=" + blake2b(item.value, digest_size=16).digest())
         elif item.cas == b"0":
             return None
         else:
             versions.append(item.cas)
-    return (None if last is None else tuple(last), batch.epochs, tuple(versions))
+    held = VERSION_BYTES * len(versions)
+    return (None if last is None else tuple(last), batch.epochs, tuple(versions)), held

@@ -278,6 +278,19 @@ def test_a_corrupt_timeline_item_is_regenerated(setup: Setup) -> None:
         assert s.reader.read("me") == [entry], junk
 
 
+def test_a_celebrity_posts_item_with_a_member_not_of_our_form_is_rebuilt(setup: Setup) -> None:
+    """Found by the fourth adversarial review: the read dropped only the timeline and met the
+    same bad celebrity item again, an error (a 500 from the API) until the item expired."""
+    s = setup
+    s.follow("me", "star")
+    s.celebrity_post("star", "s1", 1000)
+    assert s.reader.read("me") == [TimelineEntry(1000, "star", "s1")]
+    (key,) = s.celebrities.keys(["star"])
+    assert s.cache.append_many({key: b" nope"})[key] is Outcome.STORED
+    assert s.reader.read("me") == [TimelineEntry(1000, "star", "s1")]
+    assert b"nope" not in s.cache.get_many([key]).get(key, b"")
+
+
 def test_a_full_corrupt_timeline_is_dropped_by_the_delivery_that_finds_it(setup: Setup) -> None:
     """An append refused because the item is full trims it; a corrupt one cannot be trimmed:
     it is dropped (and regenerated on its next read), never an error for the fan-out."""
