@@ -15,6 +15,26 @@ from schemas.ids import ID_PATTERN
 MAX_LIMIT = 1000
 
 
+def query(request: Request) -> dict[str, str]:
+    """The query parameters, as Starlette's ``request.query_params`` reads them (the last of
+    a repeated name wins, a name without ``=`` is empty). A query with nothing escaped is split
+    here: building Starlette's multi-dict cost ~5% of a warm timeline request. Kept in the
+    scope for the request's other parameters."""
+    found: dict[str, str] | None = request.scope.get("fanout.query")
+    if found is None:
+        raw: bytes = request.scope["query_string"]
+        if b"%" in raw or b"+" in raw:
+            found = dict(request.query_params)
+        else:
+            found = {}
+            for pair in raw.decode("latin-1").split("&"):
+                if pair:
+                    name, _, value = pair.partition("=")
+                    found[name] = value
+        request.scope["fanout.query"] = found
+    return found
+
+
 def user_id(request: Request, name: str) -> str:
     value: str = request.path_params[name]
     if not is_valid_id(value):
@@ -23,7 +43,7 @@ def user_id(request: Request, name: str) -> str:
 
 
 def limit(request: Request, default: int) -> int:
-    raw = request.query_params.get("limit")
+    raw = query(request).get("limit")
     if raw is None:
         return default
     rule = f"an integer from 1 to {MAX_LIMIT}"
@@ -35,7 +55,7 @@ def limit(request: Request, default: int) -> int:
 def cursor(request: Request) -> str | None:
     """The ``next`` of a previous page, opaque to clients; its content is checked by the
     reader that made it."""
-    raw = request.query_params.get("cursor")
+    raw = query(request).get("cursor")
     if raw is not None and not (0 < len(raw) <= 512 and raw.isascii()):
         raise invalid("cursor", "the `next` value of a previous page")
     return raw
