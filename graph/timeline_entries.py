@@ -53,6 +53,9 @@ class TimelineEntry(NamedTuple):
             entry = cls(int(ts), author, post_id)
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
-        if entry.member != member or not ts.isdigit():  # no sign, no spaces: a member's own form
+        # A member's own form (no sign, no spaces), and the cursor exactly as ``cursor`` spells
+        # it: the decoder skips characters outside the alphabet, and every spelling of one page
+        # would be a page of its own to the page memo (graph/page_memo.py).
+        if entry.member != member or not ts.isdigit() or entry.cursor != cursor:
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}")
         return entry

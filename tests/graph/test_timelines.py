@@ -339,6 +339,9 @@ def test_a_celebrity_post_is_shown_at_once_when_refreshed_and_within_the_bound_o
 def test_only_cursors_naming_a_member_of_our_own_form_are_accepted(member: str) -> None:
     entry = TimelineEntry(1_700_000_000_000, "u2", "p1")
     assert TimelineEntry.from_cursor(entry.cursor) == entry
+    for respelled in (entry.cursor + "!!!!", entry.cursor + "\x00", entry.cursor + "=="):
+        with pytest.raises(BadCursor):  # one spelling per page (found by the fifth review)
+            TimelineEntry.from_cursor(respelled)
     forged = base64.urlsafe_b64encode(member.encode()).rstrip(b"=").decode()
     with pytest.raises(BadCursor):
         TimelineEntry.from_cursor(forged)
