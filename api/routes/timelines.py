@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import contextlib
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from api import params
 from api.backends import Backends
 from api.context import context
-from api.problems import invalid
+from api.problems import Problem, invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
 from graph.timelines import BadCursor, TimelinePage
@@ -24,7 +22,7 @@ def read_page(backends: Backends, user: str, limit: int, cursor: str | None) -> 
     try:
         page = backends.timelines.page(user, limit, cursor)
     except BadCursor:
-        raise invalid("cursor", "the `next` of a previous page of this timeline") from None
+        raise bad_cursor() from None
     if not page.entries:
         require_known(backends, [("user", user)])
     return rendered(page)
@@ -45,11 +43,17 @@ async def timeline(request: Request) -> Response:
     limit = params.limit(request, DEFAULT_LIMIT)
     cursor = params.cursor(request)
     if ctx.warm is not None:
-        with contextlib.suppress(BadCursor):  # the blocking read answers it
+        try:
             body = await ctx.warm.rendered(user, limit, cursor, shown)
-            if body is not None:
-                return json_response(body)
+        except BadCursor:
+            raise bad_cursor() from None
+        if body is not None:
+            return json_response(body)
     return json_response(await ctx.pool.run(read_page, user, limit, cursor))
+
+
+def bad_cursor() -> Problem:
+    return invalid("cursor", "the `next` of a previous page of this timeline")
 
 
 def shown(page: TimelinePage) -> bytes | None:
