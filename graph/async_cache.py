@@ -37,8 +37,9 @@ from graph.cache import RendezvousRing
 from graph.memcache_pipe import CacheUnavailable, Item, meta_get_pipeline, take_values
 
 _epochs = itertools.count(1)
-# Keys whose server is remembered (~150 bytes each), forgotten all at once when full.
-REMEMBERED_KEYS = 1 << 17
+# Multi-GETs whose plan (keys per server, and their commands) is remembered: a warm read asks
+# for the same keys of a user every time. ~600 bytes each, forgotten all at once when full.
+REMEMBERED_PLANS = 1 << 15
 
 
 class Versioned(NamedTuple):
@@ -52,13 +53,45 @@ class Versioned(NamedTuple):
     epochs: tuple[int, ...]
 
 
-class _Waiting:
-    __slots__ = ("count", "found", "future", "sent")
+class _Part(NamedTuple):
+    """One server's share of a multi-GET."""
 
-    def __init__(self, future: asyncio.Future[list[Item | None]], count: int) -> None:
+    node: str
+    keys: list[bytes]
+    payload: bytes  # their meta gets
+
+
+class _Call:
+    """One multi-GET over several servers. Its future completes once, when the last server's
+    replies are in (the caller's task wakes once, however many servers it asked) or with the
+    first failure; a server answering after that, or after the caller went away, is dropped."""
+
+    __slots__ = ("future", "left", "replies")
+
+    def __init__(self, future: asyncio.Future[list[list[Item | None]]], parts: int) -> None:
         self.future = future
+        self.left = parts
+        self.replies: list[list[Item | None]] = [[] for _ in range(parts)]
+
+    def answered(self) -> None:
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(self.replies)
+
+    def failed(self, error: CacheUnavailable) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _Waiting:
+    """A part of a call, written to one connection and waiting for its ``count`` replies."""
+
+    __slots__ = ("call", "count", "found", "sent")
+
+    def __init__(self, call: _Call, part: int, count: int) -> None:
+        self.call = call
         self.count = count
-        self.found: list[Item | None] = []
+        self.found = call.replies[part]
         self.sent = time.monotonic()
 
 
@@ -81,22 +114,21 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # a stream transport (TCP)
 
-    def request(self, payload: bytes, count: int) -> asyncio.Future[list[Item | None]]:
-        """Queues ``payload`` (``count`` meta gets) for the next write. The write happens once
-        the loop has run what is ready now: every request of this turn of the loop goes out in
-        one system call (a write cost more than the rest of a warm read, README Performance)."""
-        loop = asyncio.get_running_loop()
-        waiting = _Waiting(loop.create_future(), count)
+    def request(self, payload: bytes, waiting: _Waiting) -> None:
+        """Queues ``payload`` (``waiting.count`` meta gets) for the next write. The write
+        happens once the loop has run what is ready now: every request of this turn of the loop
+        goes out in one system call (a write cost more than the rest of a warm read, README
+        Performance)."""
         if self.closed:  # lost before this request: nothing would ever answer it
-            waiting.future.set_exception(CacheUnavailable(f"memcached {self.name}: closed"))
-            return waiting.future
+            waiting.call.failed(CacheUnavailable(f"memcached {self.name}: closed"))
+            return
         self._waiting.append(waiting)
         self._unsent.append(payload)
+        loop = asyncio.get_running_loop()
         if len(self._unsent) == 1:
             loop.call_soon(self._write)
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout, self._check)
-        return waiting.future
 
     def _write(self) -> None:
         unsent, self._unsent = self._unsent, []
@@ -117,8 +149,7 @@ class _Connection(asyncio.Protocol):
                 if need:
                     break
                 self._waiting.popleft()
-                if not head.future.done():  # its caller may have gone
-                    head.future.set_result(head.found)
+                head.call.answered()
             else:
                 need = 1
                 if pos < len(buf):
@@ -155,10 +186,9 @@ class _Connection(asyncio.Protocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        while self._waiting:
-            future = self._waiting.popleft().future
-            if not future.done():
-                future.set_exception(CacheUnavailable(f"memcached {self.name}: {reason}"))
+        while self._waiting:  # an error each: a raised exception collects its traceback
+            call = self._waiting.popleft().call
+            call.failed(CacheUnavailable(f"memcached {self.name}: {reason}"))
 
     def close(self) -> None:
         if self._transport is not None and not self.closed:
@@ -167,11 +197,6 @@ class _Connection(asyncio.Protocol):
 
 class _Abandoned(Exception):
     """The request making a connection went away before it was made."""
-
-
-def _retrieved(future: asyncio.Future[list[Item | None]]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 class AsyncMemcache:
@@ -185,7 +210,7 @@ class AsyncMemcache:
         self._timeout = timeout
         self._connections: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Future[_Connection]] = {}
-        self._owners: dict[bytes, int] = {}
+        self._plans: dict[tuple[bytes, ...], tuple[_Part, ...]] = {}
 
     async def gets_many(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
         """As ``MemcacheCluster.gets_many``."""
@@ -194,40 +219,46 @@ class AsyncMemcache:
     async def gets_versioned(self, keys: Sequence[bytes]) -> Versioned:
         """The items, and the epochs of the connections that read them. Every server's
         pipeline is written before any reply is awaited, so the servers answer in parallel."""
-        unique = list(dict.fromkeys(keys))
-        asked: list[tuple[list[bytes], asyncio.Future[list[Item | None]]]] = []
+        asked = keys if isinstance(keys, tuple) else tuple(keys)
+        if not asked:
+            return Versioned({}, ())
+        plan = self._plans.get(asked)
+        if plan is None:
+            plan = self._plan(asked)
+        call = _Call(asyncio.get_running_loop().create_future(), len(plan))
         epochs: list[int] = []
-        for node, mine in self._split(unique):
-            if mine:
-                connection = self._connections.get(node)
-                if connection is None or connection.closed:
-                    connection = await self._connect(node)
-                asked.append((mine, connection.request(meta_get_pipeline(mine), len(mine))))
-                epochs.append(connection.epoch)
-        found: dict[bytes, Item] = {}
         try:
-            for mine, future in asked:
-                replies = await future
-                found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
+            for index, part in enumerate(plan):
+                connection = self._connections.get(part.node)
+                if connection is None or connection.closed:
+                    connection = await self._connect(part.node)
+                connection.request(part.payload, _Waiting(call, index, len(part.keys)))
+                epochs.append(connection.epoch)
+            replies = await call.future
         except BaseException:
-            for _, future in asked:  # another server's failure is not news to anyone
-                future.add_done_callback(_retrieved)
+            call.future.cancel()  # parts already sent are answered to nobody
             raise
+        found: dict[bytes, Item] = {}
+        for part, items in zip(plan, replies, strict=True):
+            found.update((k, v) for k, v in zip(part.keys, items, strict=True) if v is not None)
         return Versioned(found, tuple(epochs))
 
-    def _split(self, keys: list[bytes]) -> list[tuple[str, list[bytes]]]:
-        """Per server, its keys; a key's server is remembered (a read asks for the same few
-        keys of a user every time, and placing one costs a hash per server)."""
-        owners = self._owners
-        unknown = [k for k in keys if k not in owners]
-        if unknown:
-            if len(owners) + len(unknown) > REMEMBERED_KEYS:
-                owners.clear()
-            owners.update(zip(unknown, self._ring.owners(unknown), strict=True))
-        split: list[tuple[str, list[bytes]]] = [(node, []) for node in self._ring.nodes]
-        for key in keys:
-            split[owners[key]][1].append(key)
-        return split
+    def _plan(self, keys: tuple[bytes, ...]) -> tuple[_Part, ...]:
+        """Per server (in ring order), its keys and their meta gets, remembered for the next
+        multi-GET of the same keys (placing a key costs a hash per server)."""
+        unique = list(dict.fromkeys(keys))
+        mine: list[list[bytes]] = [[] for _ in self._ring.nodes]
+        for key, owner in zip(unique, self._ring.owners(unique), strict=True):
+            mine[owner].append(key)
+        plan = tuple(
+            _Part(node, part, meta_get_pipeline(part))
+            for node, part in zip(self._ring.nodes, mine, strict=True)
+            if part
+        )
+        if len(self._plans) >= REMEMBERED_PLANS:
+            self._plans.clear()
+        self._plans[keys] = plan
+        return plan
 
     async def _connect(self, node: str) -> _Connection:
         """One connection per server, however many requests ask for it at once (if the one

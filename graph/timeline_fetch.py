@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -129,12 +130,12 @@ class TimelineFetch:
     def remembered(self, user: str) -> Remembered | None:
         return self._memory.get(user)
 
-    def batch_keys(self, user: str, last: Remembered | None) -> list[bytes]:
+    def batch_keys(self, user: str, last: Remembered | None) -> Sequence[bytes]:
         """The keys of a read's first multi-GET: the following list's head, the timeline, the
         celebrity set, and the shards and celebrities of ``last`` (what ``remembered`` said of
         the user's last read: taken once, before the batch is sent)."""
         if last is not None:
-            return list(last.keys)
+            return last.keys
         return [
             self._lists.index_key(ListRef(ListKind.FOLLOWING, user)),
             self._timelines.index_key(ListRef(ListKind.TIMELINE, user)),
@@ -189,7 +190,7 @@ class TimelineFetch:
             delivered = list(self._timelines.read(timeline_ref))
         return Fetched(following, delivered, celebrities, found)
 
-    def _get(self, keys: list[bytes]) -> dict[bytes, Item]:
+    def _get(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
         if not keys:
             return {}
         return self._cache.gets_many(keys)

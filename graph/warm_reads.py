@@ -30,7 +30,7 @@ so the loop's reader and its record are never used by two reads at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from hashlib import blake2b
 from typing import Any, NoReturn, cast
 
@@ -194,7 +194,7 @@ class WarmReads:
 
 
 def _validator(
-    last: Remembered | None, keys: list[bytes], batch: Versioned
+    last: Remembered | None, keys: Sequence[bytes], batch: Versioned
 ) -> tuple[Hashable, int] | None:
     """What decides the page of a one-batch read (graph/page_memo.py), as plain tuples, and the
     bytes it holds beyond what ``last`` holds; None when the servers give no CAS ids (memcached
