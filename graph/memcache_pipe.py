@@ -200,6 +200,11 @@ def line_pipeline(command: bytes, keys: Sequence[bytes], rest: Sequence[bytes]) 
     return b"".join([b"%s %s%s\r\n" % (command, k, r) for k, r in zip(keys, rest, strict=True)])
 
 
+# ``Item(...)`` runs a NamedTuple's ``__new__`` written in Python; this makes the same tuple in C
+# (~0.2 µs an item: a warm timeline read parses five).
+_new_item = tuple.__new__
+
+
 def take_values(buf: bytes, pos: int, count: int, found: list[Item | None]) -> tuple[int, int]:
     """Parses meta get replies (flags ``v c t``) from ``buf[pos:]`` onto ``found`` until it
     holds ``count``: returns the position after the last whole reply taken and how many bytes
@@ -226,7 +231,7 @@ def take_values(buf: bytes, pos: int, count: int, found: list[Item | None]) -> t
         end = eol + 2 + int(head[1])
         if len(buf) < end + 2:
             return pos, end + 2 - pos
-        found.append(Item(buf[eol + 2 : end], head[2][1:], int(head[3][1:])))
+        found.append(_new_item(Item, (buf[eol + 2 : end], head[2][1:], int(head[3][1:]))))
         pos = end + 2
     return pos, 0
 

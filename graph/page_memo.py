@@ -5,7 +5,7 @@ every time; the walk and the rendering cost more CPU than the rest of an HTTP re
 (README Performance). So the event loop's reader (graph/warm_reads.py) keeps, per page asked
 (user, limit, cursor), what it rendered and the *validator* it was read under: the remembered
 read that chose the keys, the epochs of the connections that read them, and per key its CAS
-id (None: missing; a small item stands for itself, by a digest of its bytes). A later read of
+id (None: missing; a small item stands for itself, by its bytes). A later read of
 the same page still fetches the items; when it finds the same validator it returns the
 rendered bytes without walking.
 
@@ -14,10 +14,10 @@ the remembered read. A CAS id names one version of an item within one run of a m
 server, and a connection lives within one run (graph/async_cache.py: ``Versioned``), so the
 same key with the same CAS id on a connection of the same epoch is the same bytes. (Not so
 behind a proxy that keeps client connections open across a server's restart, such as mcrouter
-or twemproxy: the API must talk to memcached directly.) A small item's 128-bit digest stands
-for its bytes. The page is a function of the bytes read (the walk has no clock and no
-randomness; cap and settings are fixed for a process). Only reads answered by their first
-batch are remembered here, so the validator covers everything they read.
+or twemproxy: the API must talk to memcached directly.) A small item is compared by its
+bytes, which is stronger still. The page is a function of the bytes read (the walk has no
+clock and no randomness; cap and settings are fixed for a process). Only reads answered by
+their first batch are remembered here, so the validator covers everything they read.
 
 Bounded by the bytes held (rendered bodies copied to their size, the validators' versions, a
 fixed overhead per entry), least recently used first out. Everything held is plain tuples,

@@ -31,7 +31,6 @@ so the loop's reader and its record are never used by two reads at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from hashlib import blake2b
 from typing import Any, NoReturn, cast
 
 from graph.async_cache import AsyncMemcache, Versioned
@@ -46,8 +45,9 @@ from graph.timelines import BadCursor, TimelinePage, TimelineReader
 ROUND_TRIPS = 3
 # Items up to this size are validated by their bytes rather than their CAS id.
 SMALL_ITEM = 256
-# What a version costs a memo entry: a bytes object of up to 17 bytes and its tuple slot.
-VERSION_BYTES = 58
+# What a version costs a memo entry besides the bytes of a small item: a bytes object (a CAS id
+# is up to 20 digits) and its tuple slot.
+VERSION_BYTES = 61
 
 
 class NotWarm(Exception):
@@ -198,19 +198,21 @@ def _validator(
 ) -> tuple[Hashable, int] | None:
     """What decides the page of a one-batch read (graph/page_memo.py), as plain tuples, and the
     bytes it holds beyond what ``last`` holds; None when the servers give no CAS ids (memcached
-    ``-C``), which leaves nothing to validate by. A small item stands for its bytes (``=`` and a
-    128-bit BLAKE2b digest of them; a CAS id is digits only): the celebrity set is rebuilt with
-    the same bytes and a new CAS id every few seconds, and every read has it in its batch."""
+    ``-C``), which leaves nothing to validate by. A small item stands for its bytes (``=`` and
+    the bytes; a CAS id is digits only): the celebrity set is rebuilt with the same bytes and a
+    new CAS id every few seconds, and every read has it in its batch. (Compared as they are:
+    a digest of them cost more than the rest of the check.)"""
     versions: list[bytes | None] = []
+    held = VERSION_BYTES * len(keys)
     for key in keys:
         item = batch.found.get(key)
         if item is None:
             versions.append(None)
         elif len(item.value) <= SMALL_ITEM:
-            versions.append(b"=" + blake2b(item.value, digest_size=16).digest())
+            versions.append(b"=" + item.value)
+            held += len(item.value)
         elif item.cas == b"0":
             return None
         else:
             versions.append(item.cas)
-    held = VERSION_BYTES * len(versions)
     return (None if last is None else tuple(last), batch.epochs, tuple(versions)), held
