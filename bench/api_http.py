@@ -48,7 +48,7 @@ def run(settings: Settings, report: Report) -> None:
         paths = [f"/v1/timelines/{u}?limit={LIMIT}" for u in rng.sample(names, len(names))]
         with api_server(s, "--workers", workers) as base:
             run_wrk(base, paths, 16, seconds)  # warm the server: connections, code paths
-            results = _measure(base, paths, seconds)
+            results = _measure(base, paths, seconds, 2 if report.quick else ROUNDS)
     bars = []
     for c, pairs in results.items():
         tl, health = [t for t, _ in pairs], [h for _, h in pairs]
@@ -113,16 +113,16 @@ def _materialise(s: Settings, names: list[str]) -> float:
 
 
 def _measure(
-    base: str, paths: list[str], seconds: float
+    base: str, paths: list[str], seconds: float, rounds: int
 ) -> dict[int, list[tuple[WrkResult, WrkResult]]]:
-    """At each concurrency, ``ROUNDS`` pairs of a timeline run and a ``/healthz`` run of
-    ``seconds / ROUNDS`` each, the order flipped every pair (t h, h t, t h, ...), so that a slow
+    """At each concurrency, ``rounds`` pairs of a timeline run and a ``/healthz`` run of
+    ``seconds / rounds`` each, the order flipped every pair (t h, h t, t h, ...), so that a slow
     moment of the (shared) machine hits both sides of a ratio rather than one."""
     results: dict[int, list[tuple[WrkResult, WrkResult]]] = {}
-    each = max(1.0, seconds / ROUNDS)
+    each = max(1.0, seconds / rounds)
     for c in CONNECTIONS:
         pairs = []
-        for round_ in range(ROUNDS):
+        for round_ in range(rounds):
             first, second = (paths, ["/healthz"]) if round_ % 2 == 0 else (["/healthz"], paths)
             got = [run_wrk(base, first, c, each), run_wrk(base, second, c, each)]
             for name, result in zip((first[0], second[0]), got, strict=True):
