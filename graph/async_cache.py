@@ -37,9 +37,11 @@ from graph.cache import RendezvousRing
 from graph.memcache_pipe import CacheUnavailable, Item, meta_get_pipeline, take_values
 
 _epochs = itertools.count(1)
-# Multi-GETs whose plan (keys per server, and their commands) is remembered: a warm read asks
-# for the same keys of a user every time. ~600 bytes each, forgotten all at once when full.
-REMEMBERED_PLANS = 1 << 15
+# Keys held by remembered multi-GET plans (keys per server, and their commands: a warm read asks
+# for the same keys of a user every time). A plan holds its keys and their meta gets: 110-250
+# bytes a key by tracemalloc (the most with few keys a plan and 64-character ids), so at most
+# ~32 MiB; all forgotten at once past this. A plan of more keys than a 64th of it is not kept.
+REMEMBERED_PLAN_KEYS = 1 << 17
 
 
 class Versioned(NamedTuple):
@@ -211,20 +213,26 @@ class AsyncMemcache:
         self._connections: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Future[_Connection]] = {}
         self._plans: dict[tuple[bytes, ...], tuple[_Part, ...]] = {}
+        self._plan_keys = 0  # keys held by ``_plans``
 
     async def gets_many(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
-        """As ``MemcacheCluster.gets_many``."""
-        return (await self.gets_versioned(keys)).found
+        """As ``MemcacheCluster.gets_many``; its plan is not remembered (the round trips after a
+        read's batch are one-off: a first read's shards, a newly followed celebrity)."""
+        return (await self._get(keys, remember=False)).found
 
     async def gets_versioned(self, keys: Sequence[bytes]) -> Versioned:
-        """The items, and the epochs of the connections that read them. Every server's
-        pipeline is written before any reply is awaited, so the servers answer in parallel."""
+        """The items, and the epochs of the connections that read them; the plan of ``keys``
+        is remembered for the next call with the same keys. Every server's pipeline is written
+        before any reply is awaited, so the servers answer in parallel."""
+        return await self._get(keys, remember=True)
+
+    async def _get(self, keys: Sequence[bytes], remember: bool) -> Versioned:
         asked = keys if isinstance(keys, tuple) else tuple(keys)
         if not asked:
             return Versioned({}, ())
         plan = self._plans.get(asked)
         if plan is None:
-            plan = self._plan(asked)
+            plan = self._plan(asked, remember)
         call = _Call(asyncio.get_running_loop().create_future(), len(plan))
         epochs: list[int] = []
         try:
@@ -236,16 +244,19 @@ class AsyncMemcache:
                 epochs.append(connection.epoch)
             replies = await call.future
         except BaseException:
-            call.future.cancel()  # parts already sent are answered to nobody
+            # Parts already sent are answered to nobody; a failure already set is retrieved
+            # (it is news to nobody: the caller gets the exception raised here).
+            if not call.future.cancel() and not call.future.cancelled():
+                call.future.exception()
             raise
         found: dict[bytes, Item] = {}
         for part, items in zip(plan, replies, strict=True):
             found.update((k, v) for k, v in zip(part.keys, items, strict=True) if v is not None)
         return Versioned(found, tuple(epochs))
 
-    def _plan(self, keys: tuple[bytes, ...]) -> tuple[_Part, ...]:
-        """Per server (in ring order), its keys and their meta gets, remembered for the next
-        multi-GET of the same keys (placing a key costs a hash per server)."""
+    def _plan(self, keys: tuple[bytes, ...], remember: bool) -> tuple[_Part, ...]:
+        """Per server (in ring order), its keys and their meta gets; if ``remember``, kept for
+        the next multi-GET of the same keys (placing a key costs a hash per server)."""
         unique = list(dict.fromkeys(keys))
         mine: list[list[bytes]] = [[] for _ in self._ring.nodes]
         for key, owner in zip(unique, self._ring.owners(unique), strict=True):
@@ -255,9 +266,12 @@ class AsyncMemcache:
             for node, part in zip(self._ring.nodes, mine, strict=True)
             if part
         )
-        if len(self._plans) >= REMEMBERED_PLANS:
-            self._plans.clear()
-        self._plans[keys] = plan
+        if remember and len(keys) <= REMEMBERED_PLAN_KEYS // 64:
+            if self._plan_keys + len(keys) > REMEMBERED_PLAN_KEYS:
+                self._plans.clear()
+                self._plan_keys = 0
+            self._plans[keys] = plan
+            self._plan_keys += len(keys)
         return plan
 
     async def _connect(self, node: str) -> _Connection:

@@ -317,3 +317,34 @@ def test_a_call_cancelled_while_connecting_does_not_strand_the_calls_that_joined
             client.close()
 
     asyncio.run(main())
+
+
+def test_remembered_plans_hold_a_bounded_number_of_keys(
+    servers: Servers, cache: MemcacheCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan holds its keys and their commands, so plans are bounded by the keys they hold,
+    not by their count (adversary6: 32k plans of 107 keys held 369-715 MiB). One-off multi-GETs
+    (``gets_many``: the round trips after a batch) and plans of many keys are not kept."""
+    monkeypatch.setattr("graph.async_cache.REMEMBERED_PLAN_KEYS", 640)  # at most 10 keys a plan
+    assert cache.set_many({b"k%d" % i: b"v%d" % i for i in range(0, 2000, 7)})
+
+    async def main() -> None:
+        client = AsyncMemcache(servers)
+        try:
+            for call in range(300):
+                keys = tuple(b"k%d" % (call * 7 + i) for i in range(7))
+                got = await client.gets_versioned(keys)
+                assert {k: v.value for k, v in got.found.items()} == {
+                    k: b"v" + k[1:] for k in keys if int(k[1:]) % 7 == 0 and int(k[1:]) < 2000
+                }
+                held = sum(len(plan_keys) for plan_keys in client._plans)
+                assert keys in client._plans and held <= 640
+            many = tuple(b"many%d" % i for i in range(11))
+            one_off = (b"k0", b"k7", b"once")
+            assert (await client.gets_versioned(many)).found == {}
+            assert set(await client.gets_many(one_off)) == {b"k0", b"k7"}
+            assert many not in client._plans and one_off not in client._plans
+        finally:
+            client.close()
+
+    run_on_both_loops(main)
