@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -277,6 +278,23 @@ def own_memcached() -> Iterator[tuple[subprocess.Popen[bytes], tuple[str, int]]]
         proc.wait()
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGSTOP, returning once every thread of the process has stopped: the signal is
+    delivered asynchronously, and a memcached thread still running could answer a request
+    written after ``kill`` returned (a CI run on a loaded machine saw that happen)."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for stat in Path(f"/proc/{proc.pid}/task").glob("*/stat"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                states.append(stat.read_text().rpartition(")")[2].split()[0])
+        if states and all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"memcached did not stop: thread states {states}"
+        time.sleep(0.01)
+
+
 def test_a_stopped_server_fails_calls_and_the_next_call_after_it_is_back_reconnects(
     own_memcached: tuple[subprocess.Popen[bytes], tuple[str, int]],
 ) -> None:
@@ -287,7 +305,7 @@ def test_a_stopped_server_fails_calls_and_the_next_call_after_it_is_back_reconne
         client = AsyncMemcache([address], TIMEOUT)
         try:
             assert (await client.gets_many([b"k"]))[b"k"].value == b"v"  # connected
-            proc.send_signal(signal.SIGSTOP)
+            stop(proc)
             for _ in range(2):  # the open connection, then a new one to a server still stopped
                 with pytest.raises(CacheUnavailable):
                     await asyncio.wait_for(client.gets_many([b"k"]), 10)
