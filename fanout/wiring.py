@@ -137,23 +137,25 @@ def dlq_limit(settings: Settings) -> DlqLimit:
     )
 
 
+def graph_applier(settings: Settings) -> GraphApplier:
+    store = edge_store(settings)
+    return GraphApplier(store, list_store(settings, store))
+
+
 def graph_loop(
     settings: Settings, stop: threading.Event, replay: list[TopicPartition] | None = None
 ) -> ConsumeLoop:
-    store = edge_store(settings)
-    applier = GraphApplier(store, list_store(settings, store))
+    applier = graph_applier(settings)
     name = "graph" if replay is None else "replay-graph"
     topics = [settings.topics.graph]
     return _loop(settings, name, topics, applier, stop, settings.graph_batch_size, replay)
 
 
-def fanout_loop(
-    settings: Settings, stop: threading.Event, replay: list[TopicPartition] | None = None
-) -> ConsumeLoop:
+def fanout_applier(settings: Settings) -> FanoutApplier:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
-    applier = FanoutApplier(
+    return FanoutApplier(
         store,
         follow_lists,
         timelines,
@@ -163,6 +165,12 @@ def fanout_loop(
         settings.celebrity_threshold,
         celebrity_posts(settings, store, timelines),
     )
+
+
+def fanout_loop(
+    settings: Settings, stop: threading.Event, replay: list[TopicPartition] | None = None
+) -> ConsumeLoop:
+    applier = fanout_applier(settings)
     size = settings.batch_size
     if replay is not None:  # chunk tasks are re-published from the replayed posts
         return _loop(
