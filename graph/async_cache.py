@@ -126,7 +126,7 @@ class _Connection(asyncio.Protocol):
             return
         self._waiting.append(waiting)
         self._unsent.append(payload)
-        loop = asyncio.get_running_loop()
+        loop = waiting.call.future.get_loop()  # the caller's: no second lookup per part
         if len(self._unsent) == 1:
             loop.call_soon(self._write)
         if self._watchdog is None:
