@@ -36,11 +36,12 @@ class ApiSettings(BaseSettings):
         10.0, gt=0, le=300, description="POST /v1/events waits this long for the broker's acks"
     )
     page_memo_mb: int = Field(
-        64,
+        256,
         ge=0,
         le=65536,
         description="per process: rendered timeline pages kept to answer unchanged reads "
-        "without walking them (validated by CAS ids on every read; 0: none)",
+        "without walking them (each with the replies it was read from, ~7 KiB for a page of 50 "
+        "posts; checked against the replies of every read; 0: none)",
     )
     ready_timeout_s: float = Field(
         2.0, gt=0, le=60, description="/readyz gives each dependency this long to answer"

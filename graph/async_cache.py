@@ -9,8 +9,16 @@ connection's reader hands them out in that order. Under load one socket read bri
 of several requests, so a read costs less than one system call per request.
 
 Placement is ``MemcacheCluster``'s (the same ``RendezvousRing``), commands are the same meta
-gets (``meta_get_pipeline``) and replies are parsed by the same ``take_values``, so an item read
-here is the item the blocking client would have read.
+gets (``meta_get_pipeline``, asking for values alone: these reads never write back, so they
+need no CAS id or time to live) and replies are parsed by the same ``take_values``, so an item
+read here is the item the blocking client would have read.
+
+**Unchanged replies are not parsed.** A caller may pass the replies an earlier call with the
+same keys got (``gets_replies``): a server's replies that begin with exactly those bytes are
+taken whole, in one comparison, and the caller is told they are the same (the page memo,
+graph/page_memo.py, answers from that). Parsing is deterministic on the bytes, so bytes equal
+to a whole earlier reply sequence end where it ended and say what it said. The comparison is
+made only at the start of a part's replies, never on a part already half parsed.
 
 **Failures.** A connection that closes, answers out of protocol, or leaves its oldest request
 unanswered for ``timeout`` seconds is aborted, and every request waiting on it gets
@@ -18,16 +26,14 @@ unanswered for ``timeout`` seconds is aborted, and every request waiting on it g
 request whose caller went away (its future cancelled) still has its replies read and dropped,
 so the replies of the requests behind it stay in step.
 
-Why not aiomcache (aio-libs): it speaks only the classic text commands (``gets`` has no time
-to live, which ``Item`` carries), one server per client, and parses through ``StreamReader``
-line by line; what is needed here is one pipelined command per server and a parser this
-package already has.
+Why not aiomcache (aio-libs): it speaks only the classic text commands, one server per client,
+and parses through ``StreamReader`` line by line; what is needed here is one pipelined command
+per server, its replies as sent, and a parser this package already has.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -36,7 +42,6 @@ from typing import NamedTuple
 from graph.cache import RendezvousRing
 from graph.memcache_pipe import CacheUnavailable, Item, meta_get_pipeline, take_values
 
-_epochs = itertools.count(1)
 # Keys held by remembered multi-GET plans (keys per server, and their commands: a warm read asks
 # for the same keys of a user every time). A plan holds its keys and their meta gets: 110-250
 # bytes a key by tracemalloc (the most with few keys a plan and 64-character ids), so at most
@@ -44,15 +49,15 @@ _epochs = itertools.count(1)
 REMEMBERED_PLAN_KEYS = 1 << 17
 
 
-class Versioned(NamedTuple):
-    """Items read, with the epochs of the connections that read them (one per server asked, in
-    ring order). A connection lives inside one run of its server, and a server gives every
-    change of an item a CAS id it never gave before in that run, so the same key with the same
-    CAS id read on connections of the same epochs is the same bytes: a version that survives
-    a restart of memcached (which starts its CAS ids again at 1) only as a miss."""
+class Replies(NamedTuple):
+    """A multi-GET's replies exactly as the servers sent them, one ``bytes`` per server asked
+    (in ring order), and the items they hold; ``found`` is None when the replies are the
+    ``expected`` ones the caller passed (then nothing was parsed: the caller knows what they
+    say). Values alone are asked for (no CAS id, no time to live), so the replies are the
+    same bytes exactly when the values are."""
 
-    found: dict[bytes, Item]
-    epochs: tuple[int, ...]
+    raw: tuple[bytes, ...]
+    found: dict[bytes, Item] | None
 
 
 class _Part(NamedTuple):
@@ -68,17 +73,16 @@ class _Call:
     replies are in (the caller's task wakes once, however many servers it asked) or with the
     first failure; a server answering after that, or after the caller went away, is dropped."""
 
-    __slots__ = ("future", "left", "replies")
+    __slots__ = ("future", "left")
 
-    def __init__(self, future: asyncio.Future[list[list[Item | None]]], parts: int) -> None:
+    def __init__(self, future: asyncio.Future[None], parts: int) -> None:
         self.future = future
         self.left = parts
-        self.replies: list[list[Item | None]] = [[] for _ in range(parts)]
 
     def answered(self) -> None:
         self.left -= 1
         if self.left == 0 and not self.future.done():
-            self.future.set_result(self.replies)
+            self.future.set_result(None)
 
     def failed(self, error: CacheUnavailable) -> None:
         if not self.future.done():
@@ -86,15 +90,26 @@ class _Call:
 
 
 class _Waiting:
-    """A part of a call, written to one connection and waiting for its ``count`` replies."""
+    """A part of a call, written to one connection and waiting for its ``count`` replies:
+    ``expected`` (if any) is taken whole when the replies begin with it, and parsed onto
+    ``found`` otherwise; ``raw`` collects what was parsed, if the caller wants the replies."""
 
-    __slots__ = ("call", "count", "found", "sent")
+    __slots__ = ("call", "count", "expected", "found", "raw", "same", "sent")
 
-    def __init__(self, call: _Call, part: int, count: int) -> None:
+    def __init__(self, call: _Call, count: int, expected: bytes | None, keep: bool) -> None:
         self.call = call
         self.count = count
-        self.found = call.replies[part]
+        self.expected = expected
+        self.found: list[Item | None] = []
+        self.raw: list[bytes] | None = [] if keep else None
+        self.same = False  # the replies were ``expected``, taken whole
         self.sent = time.monotonic()
+
+    def replies(self) -> bytes:
+        """The replies as sent (only for a part made with ``keep``, or taken whole)."""
+        if self.same and self.expected is not None:
+            return self.expected
+        return b"".join(self.raw or ())
 
 
 class _Connection(asyncio.Protocol):
@@ -111,7 +126,6 @@ class _Connection(asyncio.Protocol):
         self._waiting: deque[_Waiting] = deque()
         self._watchdog: asyncio.TimerHandle | None = None
         self.closed = False
-        self.epoch = next(_epochs)  # unique in the process: see ``Versioned``
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # a stream transport (TCP)
@@ -147,9 +161,19 @@ class _Connection(asyncio.Protocol):
         try:
             while self._waiting:
                 head = self._waiting[0]
-                pos, need = take_values(buf, pos, head.count, head.found)
-                if need:
-                    break
+                expected = head.expected
+                # Only at the start of a part's replies (a part half parsed goes on parsing):
+                # the same bytes as last time are the same replies, nothing to parse.
+                if expected is not None and not head.found and buf.startswith(expected, pos):
+                    pos += len(expected)
+                    head.same = True
+                else:
+                    start = pos
+                    pos, need = take_values(buf, pos, head.count, head.found, writable=False)
+                    if head.raw is not None:
+                        head.raw.append(buf[start:pos])
+                    if need:
+                        break
                 self._waiting.popleft()
                 head.call.answered()
             else:
@@ -216,43 +240,59 @@ class AsyncMemcache:
         self._plan_keys = 0  # keys held by ``_plans``
 
     async def gets_many(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
-        """As ``MemcacheCluster.gets_many``; its plan is not remembered (the round trips after a
-        read's batch are one-off: a first read's shards, a newly followed celebrity)."""
-        return (await self._get(keys, remember=False)).found
+        """As ``MemcacheCluster.gets_many`` (without time to live); its plan is not remembered
+        (the round trips after a read's batch are one-off: a first read's shards, a newly
+        followed celebrity)."""
+        plan, parts = await self._get(keys, None, remember=False)
+        return _found(plan, parts)
 
-    async def gets_versioned(self, keys: Sequence[bytes]) -> Versioned:
-        """The items, and the epochs of the connections that read them; the plan of ``keys``
-        is remembered for the next call with the same keys. Every server's pipeline is written
-        before any reply is awaited, so the servers answer in parallel."""
-        return await self._get(keys, remember=True)
+    async def gets_replies(
+        self, keys: Sequence[bytes], expected: tuple[bytes, ...] | None = None
+    ) -> Replies:
+        """The replies, and the items unless the replies are ``expected`` (the ``raw`` of an
+        earlier call with the same keys); the plan of ``keys`` is remembered for the next call
+        with the same keys. Every server's pipeline is written before any reply is awaited, so
+        the servers answer in parallel."""
+        plan, parts = await self._get(keys, expected, remember=True)
+        raw = tuple([part.replies() for part in parts])
+        if raw == expected:
+            return Replies(raw, None)
+        for part in parts:
+            if part.same:  # taken whole while another part changed: parsed now
+                take_values(part.replies(), 0, part.count, part.found, writable=False)
+        return Replies(raw, _found(plan, parts))
 
-    async def _get(self, keys: Sequence[bytes], remember: bool) -> Versioned:
+    async def _get(
+        self, keys: Sequence[bytes], expected: tuple[bytes, ...] | None, remember: bool
+    ) -> tuple[tuple[_Part, ...], list[_Waiting]]:
+        """The plan of ``keys`` and, per part of it, its answered ``_Waiting``."""
         asked = keys if isinstance(keys, tuple) else tuple(keys)
         if not asked:
-            return Versioned({}, ())
+            return (), []
         plan = self._plans.get(asked)
         if plan is None:
             plan = self._plan(asked, remember)
+        if expected is not None and len(expected) != len(plan):
+            expected = None
         call = _Call(asyncio.get_running_loop().create_future(), len(plan))
-        epochs: list[int] = []
+        parts: list[_Waiting] = []
         try:
             for index, part in enumerate(plan):
                 connection = self._connections.get(part.node)
                 if connection is None or connection.closed:
                     connection = await self._connect(part.node)
-                connection.request(part.payload, _Waiting(call, index, len(part.keys)))
-                epochs.append(connection.epoch)
-            replies = await call.future
+                hoped = None if expected is None else expected[index]
+                waiting = _Waiting(call, len(part.keys), hoped, keep=remember)
+                connection.request(part.payload, waiting)
+                parts.append(waiting)
+            await call.future
         except BaseException:
             # Parts already sent are answered to nobody; a failure already set is retrieved
             # (it is news to nobody: the caller gets the exception raised here).
             if not call.future.cancel() and not call.future.cancelled():
                 call.future.exception()
             raise
-        found: dict[bytes, Item] = {}
-        for part, items in zip(plan, replies, strict=True):
-            found.update((k, v) for k, v in zip(part.keys, items, strict=True) if v is not None)
-        return Versioned(found, tuple(epochs))
+        return plan, parts
 
     def _plan(self, keys: tuple[bytes, ...], remember: bool) -> tuple[_Part, ...]:
         """Per server (in ring order), its keys and their meta gets; if ``remember``, kept for
@@ -262,7 +302,7 @@ class AsyncMemcache:
         for key, owner in zip(unique, self._ring.owners(unique), strict=True):
             mine[owner].append(key)
         plan = tuple(
-            _Part(node, part, meta_get_pipeline(part))
+            _Part(node, part, meta_get_pipeline(part, writable=False))
             for node, part in zip(self._ring.nodes, mine, strict=True)
             if part
         )
@@ -309,3 +349,10 @@ class AsyncMemcache:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+
+def _found(plan: tuple[_Part, ...], parts: list[_Waiting]) -> dict[bytes, Item]:
+    found: dict[bytes, Item] = {}
+    for part, waiting in zip(plan, parts, strict=True):
+        found.update((k, v) for k, v in zip(part.keys, waiting.found, strict=True) if v is not None)
+    return found

@@ -27,6 +27,7 @@ from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
 from graph.memcache_pipe import (
+    NOT_READ,
     CacheUnavailable,
     Item,
     Outcome,
@@ -51,8 +52,21 @@ T = TypeVar("T")
 
 def keep_ttl(ttl: int) -> int:
     """The expiry to write back for an item read with ``ttl`` seconds left (-1: none), so that
-    a rewrite (CAS) never extends an item's life."""
+    a rewrite (CAS) never extends an item's life. An item read without its time to live (the
+    event loop's reads, which never write) raises ``ValueError``: writing it back could make it
+    immortal."""
+    if ttl == NOT_READ:
+        raise ValueError("an item read without its time to live cannot be written back")
     return 0 if ttl < 0 else max(ttl, 1)
+
+
+def _cas_ids(ids: list[bytes]) -> list[bytes]:
+    """``ids``, if each is one: an item read without its CAS id (``Item.cas`` empty) has no
+    version to be written back against, and ``md key C`` with nothing after it would delete
+    unconditionally."""
+    if not all(ids):
+        raise ValueError("an item read without its CAS id cannot be written back")
+    return ids
 
 
 class RendezvousRing:
@@ -245,7 +259,7 @@ class MemcacheCluster:
         keys = list(values)
         expires = [expire] * len(keys) if isinstance(expire, int) else [expire[k] for k in keys]
         pairs = list(values.values())
-        columns = ([v for v, _ in pairs], [c for _, c in pairs], expires)
+        columns = ([v for v, _ in pairs], _cas_ids([c for _, c in pairs]), expires)
         return self._outcomes(_Job(cas_pipeline, keys, columns))
 
     def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome:
@@ -258,7 +272,7 @@ class MemcacheCluster:
         def build(keys: list[bytes], ids: list[bytes]) -> bytes:
             return line_pipeline(b"md", keys, [b" C" + c for c in ids])
 
-        return self._outcomes(_Job(build, list(items), (list(items.values()),)))
+        return self._outcomes(_Job(build, list(items), (_cas_ids(list(items.values())),)))
 
     def _lines(self, command: bytes, args: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
         def build(keys: list[bytes], data: list[bytes]) -> bytes:

@@ -54,12 +54,18 @@ class CacheUnavailable(RuntimeError):
     on it is known, and the connection is closed so the next call starts clean."""
 
 
+# An item's time to live when the meta get did not ask for it (``writable=False``).
+NOT_READ = -2
+
+
 class Item(NamedTuple):
-    """A cached item as a meta get returns it."""
+    """A cached item as a meta get returns it. One read without ``writable`` has neither its
+    CAS id nor its time to live (the event loop's reads, which never write back), and the
+    conditional writes refuse it (``ValueError``)."""
 
     value: bytes
-    cas: bytes
-    ttl: int  # seconds left; -1: never expires
+    cas: bytes  # b"": not asked for
+    ttl: int  # seconds left; -1: never expires; NOT_READ: not asked for
 
 
 class ServerPipe:
@@ -205,12 +211,16 @@ def line_pipeline(command: bytes, keys: Sequence[bytes], rest: Sequence[bytes]) 
 _new_item = tuple.__new__
 
 
-def take_values(buf: bytes, pos: int, count: int, found: list[Item | None]) -> tuple[int, int]:
-    """Parses meta get replies (flags ``v c t``) from ``buf[pos:]`` onto ``found`` until it
-    holds ``count``: returns the position after the last whole reply taken and how many bytes
-    from there are needed to take the next (0: done). Values are read by their announced length,
-    so they may hold any bytes. Raises ``ValueError`` on a reply out of protocol. Sans I/O: the
-    blocking pipe and the event loop's connection (graph/async_cache.py) both read through it."""
+def take_values(
+    buf: bytes, pos: int, count: int, found: list[Item | None], writable: bool = True
+) -> tuple[int, int]:
+    """Parses meta get replies (flags ``v c t``, or ``v`` if not ``writable``) from
+    ``buf[pos:]`` onto ``found`` until it holds ``count``: returns the position after the last
+    whole reply taken and how many bytes from there are needed to take the next (0: done).
+    Values are read by their announced length, so they may hold any bytes. Raises
+    ``ValueError`` on a reply out of protocol. Sans I/O: the blocking pipe and the event loop's
+    connection (graph/async_cache.py) both read through it."""
+    tokens = 4 if writable else 2
     while len(found) < count:
         eol = buf.find(b"\r\n", pos)
         if eol < 0:
@@ -221,22 +231,25 @@ def take_values(buf: bytes, pos: int, count: int, found: list[Item | None]) -> t
             continue
         head = buf[pos:eol].split()
         if (
-            len(head) != 4
+            len(head) != tokens
             or head[0] != b"VA"
             or not head[1].isdigit()
-            or not head[2].startswith(b"c")
-            or not head[3].startswith(b"t")
+            or (writable and not (head[2].startswith(b"c") and head[3].startswith(b"t")))
         ):
             raise ValueError(f"unexpected meta get reply {buf[pos:eol][:200]!r}")
         end = eol + 2 + int(head[1])
         if len(buf) < end + 2:
             return pos, end + 2 - pos
-        found.append(_new_item(Item, (buf[eol + 2 : end], head[2][1:], int(head[3][1:]))))
+        if writable:
+            found.append(_new_item(Item, (buf[eol + 2 : end], head[2][1:], int(head[3][1:]))))
+        else:
+            found.append(_new_item(Item, (buf[eol + 2 : end], b"", NOT_READ)))
         pos = end + 2
     return pos, 0
 
 
-def meta_get_pipeline(keys: Sequence[bytes]) -> bytes:
+def meta_get_pipeline(keys: Sequence[bytes], writable: bool = True) -> bytes:
     """``mg key v c t`` per key: one reply per key, in order, with the value, its CAS id and
-    its remaining time to live."""
-    return b"mg " + b" v c t\r\nmg ".join(keys) + b" v c t\r\n"
+    its remaining time to live; ``mg key v`` if not ``writable`` (the value alone)."""
+    flags = b" v c t\r\n" if writable else b" v\r\n"
+    return b"mg " + (flags + b"mg ").join(keys) + flags

@@ -30,10 +30,10 @@ so the loop's reader and its record are never used by two reads at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, cast
 
-from graph.async_cache import AsyncMemcache, Versioned
+from graph.async_cache import AsyncMemcache
 from graph.cache import Item, MemcacheCluster
 from graph.edges import EdgeStore
 from graph.page_memo import PageKey, PageMemo
@@ -43,11 +43,6 @@ from graph.timelines import BadCursor, TimelinePage, TimelineReader
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
 # after its head), then celebrities it follows that were not remembered.
 ROUND_TRIPS = 3
-# Items up to this size are validated by their bytes rather than their CAS id.
-SMALL_ITEM = 256
-# What a version costs a memo entry besides the bytes of a small item: a bytes object (a CAS id
-# is up to 20 digits) and its tuple slot.
-VERSION_BYTES = 61
 
 
 class NotWarm(Exception):
@@ -142,22 +137,20 @@ class WarmReads:
     ) -> bytes | None:
         """``render(page)`` of ``page``'s page (None when ``page`` is None or ``render`` says
         so), remembered in the memo when the read took one batch, and taken from there when a
-        later read of the same page finds the same items."""
+        later read of the same page gets the same replies (graph/page_memo.py)."""
         fetcher = self._reader.fetcher
         last = fetcher.remembered(user)
-        keys = fetcher.batch_keys(user, last)
-        batch = await self._cache.gets_versioned(keys)
-        memo = self._memo
-        validated = None if memo is None else _validator(last, keys, batch)
         asked: PageKey = (user, limit, cursor)
-        if memo is not None and validated is not None:
-            body = memo.get(asked, validated[0])
-            if body is not None:
-                return body
-        page, trips = await self._walk(user, last, batch.found, limit, cursor)
+        memo = self._memo
+        kept = None if memo is None else memo.get(asked)
+        hoped = kept.replies if kept is not None and kept.last == last else None
+        replies = await self._cache.gets_replies(fetcher.batch_keys(user, last), hoped)
+        if replies.found is None:  # the kept page's replies (so there is one): its page
+            return None if kept is None else kept.body
+        page, trips = await self._walk(user, last, replies.found, limit, cursor)
         body = None if page is None else render(page)
-        if memo is not None and validated is not None and body is not None and not trips:
-            memo.put(asked, *validated, body)
+        if memo is not None and body is not None and not trips:
+            memo.put(asked, last, replies.raw, body)
         return body
 
     async def _walk(
@@ -191,28 +184,3 @@ class WarmReads:
 
     def close(self) -> None:
         self._cache.close()
-
-
-def _validator(
-    last: Remembered | None, keys: Sequence[bytes], batch: Versioned
-) -> tuple[Hashable, int] | None:
-    """What decides the page of a one-batch read (graph/page_memo.py), as plain tuples, and the
-    bytes it holds beyond what ``last`` holds; None when the servers give no CAS ids (memcached
-    ``-C``), which leaves nothing to validate by. A small item stands for its bytes (``=`` and
-    the bytes; a CAS id is digits only): the celebrity set is rebuilt with the same bytes and a
-    new CAS id every few seconds, and every read has it in its batch. (Compared as they are:
-    a digest of them cost more than the rest of the check.)"""
-    versions: list[bytes | None] = []
-    held = VERSION_BYTES * len(keys)
-    for key in keys:
-        item = batch.found.get(key)
-        if item is None:
-            versions.append(None)
-        elif len(item.value) <= SMALL_ITEM:
-            versions.append(b"=" + item.value)
-            held += len(item.value)
-        elif item.cas == b"0":
-            return None
-        else:
-            versions.append(item.cas)
-    return (None if last is None else tuple(last), batch.epochs, tuple(versions)), held

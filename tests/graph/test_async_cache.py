@@ -1,9 +1,10 @@
 """``AsyncMemcache`` on the real memcached servers and on servers that misbehave.
 
-The event loop's meta gets must return exactly what the blocking client returns (the timeline
-read replays the blocking read's code over them), keep every caller's replies its own however
-many share a connection, and turn a server that hangs, closes or talks nonsense into
-``CacheUnavailable`` for everyone waiting, never into a hang or someone else's value.
+The event loop's meta gets must return exactly the values the blocking client returns (they
+ask for nothing else: the timeline read replays the blocking read's code over them, and never
+writes back), keep every caller's replies its own however many share a connection, and turn a
+server that hangs, closes or talks nonsense into ``CacheUnavailable`` for everyone waiting,
+never into a hang or someone else's value.
 Both event loops are exercised: uvloop (what ``fanout serve`` runs) and asyncio's own.
 """
 
@@ -26,6 +27,7 @@ from fanout.settings import Settings
 from fanout.stack import StackState, free_port, memcached_answers, memcached_binary
 from graph.async_cache import AsyncMemcache
 from graph.cache import CacheUnavailable, Item, MemcacheCluster, Outcome
+from graph.memcache_pipe import NOT_READ
 
 ITEM_LIMIT = 1024 * 1024  # memcached's default -I, which the test stack runs with
 TIMEOUT = 0.5  # the client's timeout where a server is made to hang
@@ -77,7 +79,8 @@ def test_items_are_the_blocking_clients_on_both_servers(
     assert blocking[b"plain"].ttl == -1 and 0 < blocking[b"expiring"].ttl <= 300
 
     async def main() -> None:
-        assert await gets(servers, asked) == blocking  # values, CAS ids and times to live
+        got = await gets(servers, asked)  # values alone: no CAS id, no time to live
+        assert got == unread_ttl(blocking)
         assert await gets(servers, [b"miss1", b"miss2"]) == {}
         assert await gets(servers, []) == {}
 
@@ -97,7 +100,7 @@ def test_hundreds_of_concurrent_calls_each_get_their_own_items(
         return [keys[i], keys[(i * 7 + 1) % count], b"nothing%d" % i]
 
     def want(i: int) -> dict[bytes, Item]:
-        return {k: cache.gets_many([k])[k] for k in asked(i)[:2]}
+        return unread_ttl({k: cache.gets_many([k])[k] for k in asked(i)[:2]})
 
     expected = [want(i) for i in range(count)]
 
@@ -112,13 +115,101 @@ def test_hundreds_of_concurrent_calls_each_get_their_own_items(
             assert not any(t.done() for t in [*calls, *middle, *after])
             middle[0].cancel()  # its replies (600 kB) are still on their way
             results = await asyncio.gather(*calls, middle[1], *after, return_exceptions=True)
-            assert results == [*expected, cache.gets_many(list(big)), *expected[:50]]
+            assert results == [*expected, unread_ttl(cache.gets_many(list(big))), *expected[:50]]
             assert middle[0].cancelled()
             assert await client.gets_many(asked(5)) == expected[5]
         finally:
             client.close()
 
     asyncio.run(main())
+
+
+def unread_ttl(items: dict[bytes, Item]) -> dict[bytes, Item]:
+    """The blocking client's items as the event loop's client reads them (values alone)."""
+    return {key: Item(item.value, b"", NOT_READ) for key, item in items.items()}
+
+
+def test_replies_equal_to_the_expected_ones_are_not_parsed_and_any_change_is(
+    servers: Servers, cache: MemcacheCluster
+) -> None:
+    """What the page memo rests on (graph/page_memo.py): ``found`` is None exactly when every
+    server's replies are the expected bytes; a value rewritten with the same bytes (a new CAS
+    id) is the same, any other change is parsed, and a value of many socket reads compares
+    whole."""
+    big = bytes(range(256)) * ((ITEM_LIMIT - 2048) // 256)
+    values = {
+        b"small": b"+a ",
+        b"empty": b"",
+        b"big": big,
+        **{b"r%d" % i: b"%d" % i for i in range(9)},
+    }
+    assert cache.set_many(values) == dict.fromkeys(values, Outcome.STORED)
+    keys = (*values, b"missing")
+    assert {cache.server_for(k) for k in keys} == set(cache.servers)
+
+    async def main() -> None:
+        client = AsyncMemcache(servers)
+        try:
+            first = await client.gets_replies(keys)
+            assert first.found is not None and len(first.raw) == 2
+            assert {k: v.value for k, v in first.found.items()} == values
+            assert await client.gets_replies(keys, first.raw) == (first.raw, None)
+            cache.set_many({b"small": b"+a "})  # the same bytes, a new CAS id
+            assert await client.gets_replies(keys, first.raw) == (first.raw, None)
+            for change in ({b"small": b"+a +b "}, {b"missing": b"now"}, {b"big": big[:-1] + b"!"}):
+                cache.set_many(change)
+                now = await client.gets_replies(keys, first.raw)
+                assert now.found is not None and now.raw != first.raw
+                assert {k: now.found[k].value for k in change} == change
+                assert {k: v.value for k, v in now.found.items() if k not in change} == {
+                    k: v for k, v in values.items() if k not in change
+                }
+                cache.set_many({k: values.get(k, b"") for k in change})
+                cache.delete_many([b"missing"])
+            again = await client.gets_replies(keys, first.raw)
+            assert again == (first.raw, None)
+            wrong_shape = await client.gets_replies(keys, first.raw[:1])  # not this plan's
+            assert wrong_shape.found is not None and wrong_shape.raw == first.raw
+        finally:
+            client.close()
+
+    run_on_both_loops(main)
+
+
+def test_a_part_half_parsed_is_never_taken_whole_against_the_expected_replies() -> None:
+    """A part whose first replies were parsed must not be matched against the expected bytes
+    from there on. Here the first miss arrives alone and the other nineteen of four calls
+    together: four misses and the next call's first are the same bytes as five misses, so a
+    match in the middle would take the next call's reply and leave the last call a reply short
+    (a timeout here)."""
+    misses = b"EN\r\n" * 5
+    calls = 4
+
+    async def first_alone(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        asked = b""
+        while asked.count(b"\r\n") < 5 * calls:
+            asked += await reader.read(1 << 16)
+        assert all(line.endswith(b" v") for line in asked.split(b"\r\n")[:-1]), asked
+        writer.write(b"EN\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)  # read on its own
+        writer.write(b"EN\r\n" * (5 * calls - 1))
+        await silent(reader, writer)
+
+    async def main() -> None:
+        async with fake_server(first_alone) as address:
+            client = AsyncMemcache([address], TIMEOUT)
+            try:
+                keys = tuple(b"k%d" % i for i in range(5))
+                got = await asyncio.wait_for(
+                    asyncio.gather(*(client.gets_replies(keys, (misses,)) for _ in range(calls))),
+                    10,
+                )
+                assert got == [((misses,), None)] * calls
+            finally:
+                client.close()
+
+    run_on_both_loops(main)
 
 
 @contextlib.asynccontextmanager
@@ -206,11 +297,11 @@ def test_a_server_that_never_answers_fails_every_waiting_call_after_the_timeout(
     [
         closing,
         replying(b"SERVER_ERROR out of memory\r\n"),
-        replying(b"VA x c1 t1\r\n"),
-        replying(b"VA 3 c1\r\nabc\r\n"),
+        replying(b"VA x\r\n"),
+        replying(b"VA 3 c1 t1\r\nabc\r\n"),
         replying(b"\r\n"),
     ],
-    ids=["closes", "error", "bad-length", "no-ttl", "blank"],
+    ids=["closes", "error", "bad-length", "unasked-flags", "blank"],
 )
 def test_a_server_that_closes_or_talks_nonsense_fails_every_waiting_call(
     handle: Handler,
@@ -351,15 +442,16 @@ def test_remembered_plans_hold_a_bounded_number_of_keys(
         try:
             for call in range(300):
                 keys = tuple(b"k%d" % (call * 7 + i) for i in range(7))
-                got = await client.gets_versioned(keys)
-                assert {k: v.value for k, v in got.found.items()} == {
+                got = (await client.gets_replies(keys)).found
+                assert got is not None
+                assert {k: v.value for k, v in got.items()} == {
                     k: b"v" + k[1:] for k in keys if int(k[1:]) % 7 == 0 and int(k[1:]) < 2000
                 }
                 held = sum(len(plan_keys) for plan_keys in client._plans)
                 assert keys in client._plans and held <= 640
             many = tuple(b"many%d" % i for i in range(11))
             one_off = (b"k0", b"k7", b"once")
-            assert (await client.gets_versioned(many)).found == {}
+            assert (await client.gets_replies(many)).found == {}
             assert set(await client.gets_many(one_off)) == {b"k0", b"k7"}
             assert many not in client._plans and one_off not in client._plans
         finally:

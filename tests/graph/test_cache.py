@@ -6,6 +6,7 @@ import pytest
 
 from fanout.stack import free_port
 from graph.cache import CacheUnavailable, Item, MemcacheCluster, Outcome, keep_ttl
+from graph.memcache_pipe import NOT_READ
 
 STORED, NOT_STORED, EXISTS, NOT_FOUND, TOO_LARGE = (
     Outcome.STORED,
@@ -128,6 +129,21 @@ def test_delete_if_unchanged_deletes_only_the_item_that_was_read(cache: Memcache
         b"never": NOT_FOUND,
     }
     assert cache.exists_many([b"k"]) == {b"k": False}
+
+
+def test_an_item_read_without_its_versions_is_never_written_back(cache: MemcacheCluster) -> None:
+    """The event loop's reads ask for values alone (``Item.cas`` empty, ``ttl`` NOT_READ):
+    ``md key C`` with no id would delete unconditionally and an unknown expiry could make an
+    item immortal, so every conditional write refuses such an item before sending anything."""
+    cache.set_many({b"k": b"+a "})
+    unread = Item(b"+a ", b"", NOT_READ)
+    with pytest.raises(ValueError):
+        cache.delete_if_unchanged({b"k": unread.cas})
+    with pytest.raises(ValueError):
+        cache.cas(b"k", b"+a +b ", unread.cas)
+    with pytest.raises(ValueError):
+        keep_ttl(unread.ttl)
+    assert cache.gets_many([b"k"])[b"k"].value == b"+a "
 
 
 def test_keys_spread_over_both_servers(cache: MemcacheCluster) -> None:

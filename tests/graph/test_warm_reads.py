@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 import uvloop
@@ -24,7 +25,8 @@ from graph.cache import CacheUnavailable, MemcacheCluster
 from graph.fencing import index_marker, new_generation, timeline_marker
 from graph.timeline_fetch import ReadMemory
 from graph.timelines import BadCursor, TimelineEntry, TimelinePage
-from tests.graph.warm_pair import Pair, writes
+from graph.warm_reads import WarmReads
+from tests.graph.warm_pair import Pair, shown, writes
 
 
 def warmed(pair: Pair) -> None:
@@ -212,3 +214,52 @@ def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blockin
 
     with pytest.raises(CacheUnavailable):
         asyncio.run(read())
+
+
+def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
+    pair: Pair, cache: MemcacheCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page memo (graph/page_memo.py): an unchanged read is answered without a walk, an
+    item rewritten with the same bytes (the celebrity set, rebuilt) is unchanged, and after any
+    change the page is walked again and is the blocking page. Walks are counted by wrapping
+    ``WarmReads._walk`` (instrumentation: the real walk runs)."""
+    warmed(pair)
+    walks: list[str] = []
+    walk = WarmReads._walk
+
+    async def counted(self: WarmReads, user: str, *args: Any) -> Any:
+        walks.append(user)
+        return await walk(self, user, *args)
+
+    monkeypatch.setattr(WarmReads, "_walk", counted)
+
+    def kept() -> bool:
+        """A read through the memo: None or the blocking page rendered (asserted); whether it
+        was answered from the memo (a page, and no walk)."""
+        before = len(walks)
+        body = pair.rendered("me")
+        assert body is None or body == shown(pair.blocking.page("me"))
+        return body is not None and len(walks) == before
+
+    assert kept()  # kept by ``warmed``'s read
+    set_key = pair.blocking.celebrity_posts.set_key
+    before = cache.gets_many([set_key])[set_key]
+    cache.delete_many([set_key])
+    pair.blocking.page("me")  # rebuilds it: the same bytes, a new CAS id
+    after = cache.gets_many([set_key])[set_key]
+    assert after.value == before.value and after.cas != before.cas
+    assert kept()
+
+    changes = [
+        lambda: pair.post("a", "p-new", ["me"]),
+        lambda: pair.post("b", "p-old", ["me"], ago_ms=10**7),  # below the page: same page
+        lambda: pair.follow("me", "c"),
+        lambda: pair.follow("me", "a", active=False),
+        lambda: pair.blocking.timelines.invalidate([ListRef(ListKind.TIMELINE, "me")]),
+    ]
+    for change in changes:
+        change()
+        assert not kept()  # walked, or handed to the blocking read
+        pair.blocking.page("me")  # heals what needs healing
+        kept()  # walks if the healing changed anything, and keeps the page
+        assert kept()

@@ -26,6 +26,7 @@ from graph.tokens import token
 from graph.warm_reads import WarmReads
 from tests.graph.contention import write
 
+MEMO_BYTES = 1 << 20
 Runner = Callable[[Coroutine[Any, Any, TimelinePage | None]], TimelinePage | None]
 # What a memcached server counts of writes: unchanged across a read that wrote nothing.
 WRITE_STATS = (
@@ -52,6 +53,7 @@ class Pair:
     memory: ReadMemory
     blocking: TimelineReader
     warm_reads: WarmReads
+    memo_reads: WarmReads  # the same, with a page memo (graph/page_memo.py)
     multi_gets: list[list[bytes]]
     pos: int = 0
     now: int = field(default_factory=lambda: int(time.time() * 1000))
@@ -100,12 +102,26 @@ class Pair:
 
         return run(once())
 
+    def rendered(self, user: str, limit: int = 50, cursor: str | None = None) -> bytes | None:
+        """One read through the page memo (``shown`` as the renderer), on a loop of its own."""
+
+        async def once() -> bytes | None:
+            try:
+                return await self.memo_reads.rendered(user, limit, cursor, shown)
+            finally:
+                self.memo_reads.close()
+
+        return asyncio.run(once())
+
     def both(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage | None:
-        """The warm read, then the blocking read with the same arguments: the warm page (None
-        or the blocking one, asserted)."""
+        """The warm read and the read through the page memo, then the blocking read with the
+        same arguments: the warm page (None or the blocking one, asserted; the memo's, None or
+        the blocking one rendered)."""
         warm = self.warm(user, limit, cursor)
+        body = self.rendered(user, limit, cursor)
         blocking = self.blocking.page(user, limit, cursor)
         assert warm is None or warm == blocking
+        assert body is None or body == shown(blocking)
         return warm
 
     def close(self) -> None:
@@ -131,7 +147,14 @@ def make_pair(settings: Settings, multi_gets: list[list[bytes]]) -> Pair:
     store = cast(SqliteEdgeStore, wiring.edge_store(settings))
     memory = ReadMemory()
     blocking = wiring.timeline_reader(settings, store, memory)
-    return Pair(settings, store, memory, blocking, wiring.warm_reads(settings, memory), multi_gets)
+    warm_reads = wiring.warm_reads(settings, memory)
+    memo_reads = wiring.warm_reads(settings, memory, MEMO_BYTES)
+    return Pair(settings, store, memory, blocking, warm_reads, memo_reads, multi_gets)
+
+
+def shown(page: TimelinePage) -> bytes | None:
+    """A renderer for the page memo: any deterministic bytes of the page will do."""
+    return repr(page).encode() if page.entries else None
 
 
 def writes(settings: Settings) -> list[int]:
