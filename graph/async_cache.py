@@ -50,14 +50,19 @@ REMEMBERED_PLAN_KEYS = 1 << 17
 
 
 class Replies(NamedTuple):
-    """A multi-GET's replies exactly as the servers sent them, one ``bytes`` per server asked
-    (in ring order), and the items they hold; ``found`` is None when the replies are the
-    ``expected`` ones the caller passed (then nothing was parsed: the caller knows what they
-    say). Values alone are asked for (no CAS id, no time to live), so the replies are the
-    same bytes exactly when the values are."""
+    """A multi-GET of ``keys``: its replies exactly as the servers sent them, one ``bytes`` per
+    server asked (in ring order), and the items they hold; ``found`` is None when the replies
+    are those of the ``earlier`` call the caller passed (then nothing was parsed: the caller
+    knows what they say). Values alone are asked for (no CAS id, no time to live), so the
+    replies are the same bytes exactly when the values are."""
 
+    keys: tuple[bytes, ...]
     raw: tuple[bytes, ...]
     found: dict[bytes, Item] | None
+
+    def unparsed(self) -> Replies:
+        """What to keep for a later call: the keys and the bytes, not the items."""
+        return Replies(self.keys, self.raw, None)
 
 
 class _Part(NamedTuple):
@@ -246,21 +251,23 @@ class AsyncMemcache:
         plan, parts = await self._get(keys, None, remember=False)
         return _found(plan, parts)
 
-    async def gets_replies(
-        self, keys: Sequence[bytes], expected: tuple[bytes, ...] | None = None
-    ) -> Replies:
-        """The replies, and the items unless the replies are ``expected`` (the ``raw`` of an
-        earlier call with the same keys); the plan of ``keys`` is remembered for the next call
-        with the same keys. Every server's pipeline is written before any reply is awaited, so
-        the servers answer in parallel."""
-        plan, parts = await self._get(keys, expected, remember=True)
+    async def gets_replies(self, keys: Sequence[bytes], earlier: Replies | None = None) -> Replies:
+        """The replies, and the items unless the replies are ``earlier``'s (a ``Replies`` this
+        client returned). Only an earlier call of the same keys is compared with: the same keys
+        have the same plan, so each part's earlier bytes hold exactly as many replies as the
+        part has keys, which taking them whole relies on. The plan of ``keys`` is remembered
+        for the next call with the same keys. Every server's pipeline is written before any
+        reply is awaited, so the servers answer in parallel."""
+        asked = keys if isinstance(keys, tuple) else tuple(keys)
+        expected = earlier.raw if earlier is not None and earlier.keys == asked else None
+        plan, parts = await self._get(asked, expected, remember=True)
         raw = tuple([part.replies() for part in parts])
         if raw == expected:
-            return Replies(raw, None)
+            return Replies(asked, raw, None)
         for part in parts:
             if part.same:  # taken whole while another part changed: parsed now
                 take_values(part.replies(), 0, part.count, part.found, writable=False)
-        return Replies(raw, _found(plan, parts))
+        return Replies(asked, raw, _found(plan, parts))
 
     async def _get(
         self, keys: Sequence[bytes], expected: tuple[bytes, ...] | None, remember: bool
@@ -272,8 +279,6 @@ class AsyncMemcache:
         plan = self._plans.get(asked)
         if plan is None:
             plan = self._plan(asked, remember)
-        if expected is not None and len(expected) != len(plan):
-            expected = None
         call = _Call(asyncio.get_running_loop().create_future(), len(plan))
         parts: list[_Waiting] = []
         try:

@@ -62,8 +62,8 @@ def keep_ttl(ttl: int) -> int:
 
 def _cas_ids(ids: list[bytes]) -> list[bytes]:
     """``ids``, if each is one: an item read without its CAS id (``Item.cas`` empty) has no
-    version to be written back against, and ``md key C`` with nothing after it would delete
-    unconditionally."""
+    version to be written back against (memcached would refuse ``md key C`` with nothing
+    after it as a client error, failing the whole batch)."""
     if not all(ids):
         raise ValueError("an item read without its CAS id cannot be written back")
     return ids

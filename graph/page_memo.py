@@ -30,6 +30,8 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import NamedTuple
 
+from graph.async_cache import Replies
+
 PageKey = tuple[str, int, str | None]  # user, limit, cursor
 # Bytes an entry holds besides its body and its replies: the key, the remembered read it shares
 # with the read memory (a head and ~5 keys), the tuples, the dict slot.
@@ -41,7 +43,7 @@ REPLY_OVERHEAD = 100
 
 class Kept(NamedTuple):
     last: Hashable  # the remembered read the page's keys came from
-    replies: tuple[bytes, ...]  # its multi-GET's replies, per server
+    replies: Replies  # its multi-GET's, unparsed
     body: bytes
     size: int  # bytes counted against the bound
 
@@ -59,16 +61,18 @@ class PageMemo:
             self._items.move_to_end(key)
         return kept
 
-    def put(self, key: PageKey, last: Hashable, replies: tuple[bytes, ...], body: bytes) -> None:
+    def put(self, key: PageKey, last: Hashable, replies: Replies, body: bytes) -> None:
         """The body is copied to its exact size (an encoder's buffer may be several KiB
-        whatever the body's length)."""
-        size = len(body) + sum(map(len, replies)) + REPLY_OVERHEAD * len(replies) + ENTRY_OVERHEAD
+        whatever the body's length). The replies' keys are the remembered read's (not
+        counted)."""
+        raw = replies.raw
+        size = len(body) + sum(map(len, raw)) + REPLY_OVERHEAD * len(raw) + ENTRY_OVERHEAD
         if size > self._max_bytes:
             return
         old = self._items.pop(key, None)
         if old is not None:
             self._bytes -= old.size
-        self._items[key] = Kept(last, replies, memoryview(body).tobytes(), size)
+        self._items[key] = Kept(last, replies.unparsed(), memoryview(body).tobytes(), size)
         self._bytes += size
         while self._bytes > self._max_bytes:
             _, dropped = self._items.popitem(last=False)

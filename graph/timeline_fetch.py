@@ -81,8 +81,13 @@ class ReadMemory:
         self._lock = threading.Lock()
 
     def get(self, user: str) -> Remembered | None:
+        """A read of ``user`` is a use: a user whose reads are all answered by the page memo
+        (which puts nothing here) must not drift out while others are read."""
         with self._lock:
-            return self._items.get(user)
+            last = self._items.get(user)
+            if last is not None:
+                self._items.move_to_end(user)
+            return last
 
     def put(self, user: str, last: Remembered) -> None:
         """An unchanged entry is kept, not replaced: most reads of a warm user find what was

@@ -150,7 +150,7 @@ class WarmReads:
         page, trips = await self._walk(user, last, replies.found, limit, cursor)
         body = None if page is None else render(page)
         if memo is not None and body is not None and not trips:
-            memo.put(asked, last, replies.raw, body)
+            memo.put(asked, last, replies, body)
         return body
 
     async def _walk(

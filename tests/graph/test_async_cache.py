@@ -25,7 +25,7 @@ import uvloop
 
 from fanout.settings import Settings
 from fanout.stack import StackState, free_port, memcached_answers, memcached_binary
-from graph.async_cache import AsyncMemcache
+from graph.async_cache import AsyncMemcache, Replies
 from graph.cache import CacheUnavailable, Item, MemcacheCluster, Outcome
 from graph.memcache_pipe import NOT_READ
 
@@ -153,12 +153,13 @@ def test_replies_equal_to_the_expected_ones_are_not_parsed_and_any_change_is(
             first = await client.gets_replies(keys)
             assert first.found is not None and len(first.raw) == 2
             assert {k: v.value for k, v in first.found.items()} == values
-            assert await client.gets_replies(keys, first.raw) == (first.raw, None)
+            same = first.unparsed()
+            assert await client.gets_replies(keys, first) == same
             cache.set_many({b"small": b"+a "})  # the same bytes, a new CAS id
-            assert await client.gets_replies(keys, first.raw) == (first.raw, None)
+            assert await client.gets_replies(keys, first) == same
             for change in ({b"small": b"+a +b "}, {b"missing": b"now"}, {b"big": big[:-1] + b"!"}):
                 cache.set_many(change)
-                now = await client.gets_replies(keys, first.raw)
+                now = await client.gets_replies(keys, first)
                 assert now.found is not None and now.raw != first.raw
                 assert {k: now.found[k].value for k in change} == change
                 assert {k: v.value for k, v in now.found.items() if k not in change} == {
@@ -166,10 +167,41 @@ def test_replies_equal_to_the_expected_ones_are_not_parsed_and_any_change_is(
                 }
                 cache.set_many({k: values.get(k, b"") for k in change})
                 cache.delete_many([b"missing"])
-            again = await client.gets_replies(keys, first.raw)
-            assert again == (first.raw, None)
-            wrong_shape = await client.gets_replies(keys, first.raw[:1])  # not this plan's
-            assert wrong_shape.found is not None and wrong_shape.raw == first.raw
+            assert await client.gets_replies(list(keys), first) == same
+        finally:
+            client.close()
+
+    run_on_both_loops(main)
+
+
+def test_earlier_replies_of_other_keys_are_never_compared_with(
+    servers: Servers, cache: MemcacheCluster
+) -> None:
+    """Taking a part's earlier bytes whole relies on them holding as many replies as the part
+    has keys. adversary7: earlier bytes holding the replies of `x` and `z`, passed for a call of
+    `x` alone, took `z`'s reply too, and the next call got `x`'s value under `z`. Earlier
+    replies count only for the same keys."""
+    on_first = [
+        k for k in (b"adv7-%d" % i for i in range(40)) if cache.server_for(k) == cache.servers[0]
+    ]
+    x, z = on_first[:2]  # one server's, so its stream holds both replies in a row
+    assert cache.set_many({x: b"1", z: b"3"}) == {x: Outcome.STORED, z: Outcome.STORED}
+    host, _, port = cache.servers[0].rpartition(":")
+    one = [(host, int(port))]
+
+    async def main() -> None:
+        client = AsyncMemcache(one)
+        try:
+            both = await client.gets_replies((x, z))
+            misused = [
+                client.gets_replies((x,), both),
+                client.gets_many([z]),
+                client.gets_many([x]),
+            ]
+            got = await asyncio.wait_for(asyncio.gather(*misused), 5)
+            assert got[0].found is not None and got[0].found[x].value == b"1"
+            assert {k: v.value for k, v in got[1].items()} == {z: b"3"}
+            assert {k: v.value for k, v in got[2].items()} == {x: b"1"}
         finally:
             client.close()
 
@@ -201,11 +233,12 @@ def test_a_part_half_parsed_is_never_taken_whole_against_the_expected_replies() 
             client = AsyncMemcache([address], TIMEOUT)
             try:
                 keys = tuple(b"k%d" % i for i in range(5))
+                earlier = Replies(keys, (misses,), None)
                 got = await asyncio.wait_for(
-                    asyncio.gather(*(client.gets_replies(keys, (misses,)) for _ in range(calls))),
+                    asyncio.gather(*(client.gets_replies(keys, earlier) for _ in range(calls))),
                     10,
                 )
-                assert got == [((misses,), None)] * calls
+                assert got == [earlier] * calls
             finally:
                 client.close()
 

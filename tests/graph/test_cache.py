@@ -132,9 +132,10 @@ def test_delete_if_unchanged_deletes_only_the_item_that_was_read(cache: Memcache
 
 
 def test_an_item_read_without_its_versions_is_never_written_back(cache: MemcacheCluster) -> None:
-    """The event loop's reads ask for values alone (``Item.cas`` empty, ``ttl`` NOT_READ):
-    ``md key C`` with no id would delete unconditionally and an unknown expiry could make an
-    item immortal, so every conditional write refuses such an item before sending anything."""
+    """The event loop's reads ask for values alone (``Item.cas`` empty, ``ttl`` NOT_READ): an
+    item without a version has nothing to be written back against, and an unknown expiry could
+    make an item immortal, so every conditional write refuses such an item before sending
+    anything."""
     cache.set_many({b"k": b"+a "})
     unread = Item(b"+a ", b"", NOT_READ)
     with pytest.raises(ValueError):

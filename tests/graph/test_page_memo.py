@@ -8,6 +8,7 @@ import tracemalloc
 
 import orjson
 
+from graph.async_cache import Replies
 from graph.page_memo import PageMemo
 from graph.timeline_fetch import Remembered
 
@@ -22,9 +23,9 @@ def test_what_a_full_memo_holds_stays_near_its_budget() -> None:
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(3_000):
-            replies = tuple(b"VA 13 c%d\r\na small value\r\n" % (i * 7 + j) for j in range(7))
+            raw = tuple(b"VA 13 c%d\r\na small value\r\n" % (i * 7 + j) for j in range(7))
             body = orjson.dumps({"user": "me", "posts": [], "next": None, "i": i})
-            memo.put(("me", 1 + i % 1000, f"c{i}"), last, replies, body)
+            memo.put(("me", 1 + i % 1000, f"c{i}"), last, Replies(keys, raw, {}), body)
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -34,13 +35,14 @@ def test_what_a_full_memo_holds_stays_near_its_budget() -> None:
 
 def test_a_page_is_kept_with_what_it_was_read_from_and_the_largest_are_not_kept() -> None:
     memo = PageMemo(BUDGET)
-    memo.put(("me", 50, None), "last", (b"EN\r\n",), b"page")
+    keys = (b"k",)
+    memo.put(("me", 50, None), "last", Replies(keys, (b"EN\r\n",), {}), b"page")
     kept = memo.get(("me", 50, None))
     assert kept is not None and (kept.last, kept.replies, kept.body) == (
         "last",
-        (b"EN\r\n",),
+        Replies(keys, (b"EN\r\n",), None),  # the bytes, not the items
         b"page",
     )
     assert memo.get(("me", 49, None)) is None
-    memo.put(("big", 50, None), "last", (b"x" * BUDGET,), b"page")  # larger than the whole memo
+    memo.put(("big", 50, None), "last", Replies(keys, (b"x" * BUDGET,), None), b"page")
     assert memo.get(("big", 50, None)) is None

@@ -19,7 +19,7 @@ from graph.capped_lists import CappedListStore
 from graph.celebrity_posts import CelebrityPosts
 from graph.edges import EdgeStore, PostRecord
 from graph.sqlite_edges import SqliteEdgeStore
-from graph.timeline_fetch import ReadMemory
+from graph.timeline_fetch import ReadMemory, Remembered
 from graph.timelines import BadCursor, TimelineEntry, TimelineReader, TimelineSource
 from graph.tokens import token
 from tests.graph.contention import write
@@ -167,6 +167,18 @@ def test_the_users_remembered_are_bounded(
     reset(s)
     s.reader.read("u1")  # forgotten: its shards are read after its head
     assert s.cache.calls == {"gets_many": 2}
+
+
+def test_a_user_only_looked_up_stays_remembered_while_others_are_read() -> None:
+    """The page memo answers a warm user's reads without remembering anything anew, so a
+    lookup counts as a use (adversary7: such users drifted out under many other users)."""
+    memory = ReadMemory(2)
+    last = {u: Remembered(b"head " + u.encode(), (), (u.encode(),)) for u in ("u1", "u2", "u3")}
+    memory.put("u1", last["u1"])
+    memory.put("u2", last["u2"])
+    assert memory.get("u1") == last["u1"]  # u1 read since u2 was remembered
+    memory.put("u3", last["u3"])
+    assert (memory.get("u1"), memory.get("u2"), memory.get("u3")) == (last["u1"], None, last["u3"])
 
 
 def test_readers_sharing_a_memory_use_each_others_last_read(
