@@ -23,7 +23,7 @@ from api.openapi import document
 from api.problems import CatchAll, Problem, on_http_error, on_problem
 from api.routes import ROUTES
 from api.settings import ApiSettings
-from graph.warm_reads import WarmReads
+from graph.timelines.warm_reads import WarmReads
 from schemas.json_schema import render
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from api.consumer_lag import ConsumerLag
-from graph.edges import EdgeStore
-from graph.lists import TokenLists
-from graph.timelines import TimelineReader
+from graph.lists.token_lists import TokenLists
+from graph.model.edges import EdgeStore
+from graph.timelines.reader import TimelineReader
 from producers import EventPublisher
 
 P = ParamSpec("P")

@@ -12,7 +12,7 @@ from api.auth import Guard
 from api.backends import BackendPool
 from api.metrics import ApiMetrics
 from api.settings import ApiSettings
-from graph.warm_reads import WarmReads
+from graph.timelines.warm_reads import WarmReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,9 @@ class ApiContext:
     settings: ApiSettings
     metrics: ApiMetrics
     openapi: bytes  # the document this app serves (api/openapi.py)
-    warm: WarmReads | None  # timeline reads on the event loop when warm (graph/warm_reads.py)
+    warm: (
+        WarmReads | None
+    )  # timeline reads on the event loop when warm (graph/timelines/warm_reads.py)
 
 
 def context(request: Request) -> ApiContext:

@@ -1,6 +1,6 @@
 """Cursors for follower and following pages: the last member shown, base64url-encoded so that
 clients treat it as opaque (its form may change; the timeline's names an entry instead, see
-graph/timelines.py). Decoding checks it is a user id, so a forged cursor is a 400, never a
+graph/timelines/reader.py). Decoding checks it is a user id, so a forged cursor is a 400, never a
 query with arbitrary text."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from bench.wrk import WrkError, WrkResult, run_wrk
 from fanout import wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
-from graph.edges import EdgeChange, PostRecord
+from graph.model.edges import EdgeChange, PostRecord
 
 FOLLOWS_PER_USER = 20
 POSTS_PER_USER = 5

@@ -10,7 +10,8 @@ from bench.report import Report, Row, percentiles
 from fanout import wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
-from graph import ListKind, ListRef, MemcacheCluster
+from graph import ListKind, ListRef
+from memcache import MemcacheCluster
 
 WRITERS = 8
 MAX_CAS_RETRIES = 100

@@ -8,7 +8,7 @@ import socket
 import time
 from collections import defaultdict
 
-from graph.cache import MemcacheCluster
+from memcache.cluster import MemcacheCluster
 
 PIPELINE = 1000
 

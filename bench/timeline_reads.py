@@ -8,8 +8,9 @@ each ratio is held to (issue #13: p50 <= 3x a plain GET, <= 5x for celebrity fol
 Also counted: edge-store queries per read (none when warm).
 
 The same users are then read the way ``fanout serve`` reads them: on an event loop
-(graph/warm_reads.py), with and without the page memo (graph/page_memo.py), next to a plain GET
-through the loop's own client (graph/async_cache.py), in alternating blocks too.
+(graph/timelines/warm_reads.py), with and without the page memo (graph/timelines/page_memo.py),
+next to a plain GET
+through the loop's own client (memcache/async_cluster.py), in alternating blocks too.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from fanout import wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from graph.async_cache import AsyncMemcache
-from graph.timeline_fetch import ReadMemory
-from graph.timelines import TimelineReader
+from graph.timelines.fetch import ReadMemory
+from graph.timelines.reader import TimelineReader
+from memcache.async_cluster import AsyncMemcache
 
 USERS = 300
 BLOCK = 20  # reads (one per user) or GETs per block
@@ -141,8 +142,8 @@ def _measure(s: Settings, posts: int, rounds: int) -> dict[str, Row]:
 
 
 async def _on_the_loop(s: Settings, fallback: TimelineReader, picks: list[str], rounds: int) -> Row:
-    """The API's read (graph/warm_reads.py) on an event loop, with and without the page memo,
-    next to a plain GET of the same bytes through the loop's own client, in alternating
+    """The API's read (graph/timelines/warm_reads.py) on an event loop, with and without the page
+    memo, next to a plain GET of the same bytes through the loop's own client, in alternating
     blocks."""
     memory = ReadMemory()
     warm = wiring.warm_reads(s, memory)

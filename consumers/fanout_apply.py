@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from consumers.positions import OFFSET_BITS, Positioned
 from consumers.pulse import Pulse, no_pulse
 from graph import EdgeStore, ListKind, ListRef, ListStore
-from graph.capped_lists import CappedListStore
-from graph.celebrity_posts import CelebrityPosts
-from graph.edges import PostRecord
-from graph.timelines import TimelineEntry
-from graph.tokens import token
+from graph.lists.capped import CappedListStore
+from graph.lists.tokens import token
+from graph.model.edges import PostRecord
+from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.reader import TimelineEntry
 from producers import InternalPublisher, PublishError
 from schemas import FanoutTask, Post
 
@@ -110,7 +110,7 @@ class FanoutApplier:
         if celebrities:  # durable before the commit: readers merge their posts from now on
             self.store.add_celebrities(celebrities)
             # Readers merge them from cached items: rewritten now, after the store write, so
-            # the posts show at once (graph/celebrity_posts.py has the staleness bound).
+            # the posts show at once (graph/timelines/celebrity_posts.py has the staleness bound).
             self.celebrity_posts.refresh(celebrities)
         self._confirm_chunks()
         appended, skipped = self.timelines.stats.appends, self.timelines.stats.skipped_absent

@@ -1,7 +1,8 @@
 """Applying graph events: the edge store first, then the memcached lists, then a confirmation.
 
 Every token carries the position of its event, and a list member's state is its token with the
-greatest position (graph/tokens.py), so tokens commute: a replay, a redelivery, a zombie consumer
+greatest position (graph/lists/tokens.py), so tokens commute: a replay, a redelivery, a zombie
+consumer
 or a consumer of another partition may append in any order and the list still decodes to the
 newest state it was told. A token is appended for every change the store did not refuse, stale
 or not: a stale token loses to the newer one wherever both are.
@@ -15,7 +16,7 @@ check: a rebuild writes every member with its position, so a stale removal alway
 
 A ``user_removed`` event appends ``-user`` (at the removal's position) to each neighbour's list
 instead of dropping those lists: a removal costs a celebrity's follower list one token, not a
-rebuild. The removed user's own lists are dropped (fenced, graph/fencing.py).
+rebuild. The removed user's own lists are dropped (fenced, graph/lists/fencing.py).
 
 A follow or unfollow also invalidates the follower's home timeline, after the follower lists are
 updated: a timeline is "the newest posts of the authors followed now", and regenerating it is the
@@ -77,7 +78,7 @@ class GraphApplier:
         )
 
     def record(self, batch: Sequence[Positioned]) -> Recorded:
-        """The edge store's part, which comes first (see graph/fencing.py)."""
+        """The edge store's part, which comes first (see graph/lists/fencing.py)."""
         changes: list[EdgeChange] = []
         removals: list[tuple[str, int]] = []
         for item in batch:

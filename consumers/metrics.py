@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from consumers.fanout_apply import FanoutStats
 from consumers.kafka_source import KafkaSource
 from consumers.loop import BatchReport, LoopStats
-from graph.lists import ListStats
+from graph.lists.token_lists import ListStats
 
 
 class GroupCollector(Collector):

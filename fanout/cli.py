@@ -19,7 +19,7 @@ from fanout.cli_help import DESCRIPTION, EPILOG, dash_id_hint
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
 from graph import ListKind, ListRef
-from graph.timelines import BadCursor
+from graph.timelines.reader import BadCursor
 from producers import PublishError, create_topics
 from schemas import EventDecodeError, is_valid_id, validate_event
 
@@ -196,12 +196,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return run_serve(args.host, args.port, args.workers, args.verbose)
 
 
-def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
-    from bench.__main__ import main as bench_main
-
-    return bench_main([args.name, *(["--quick"] if args.quick else []), "--out", args.out])
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fanout", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -272,16 +266,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verify_command.add_parser(sub)
     p.set_defaults(run=lambda args, settings: verify_command.cmd_verify(args, settings, console))
-
-    p = sub.add_parser("bench", help="benchmarks (JSON and a PNG under bench/results)")
-    p.add_argument(
-        "name",
-        help="fanout-rate, graph-ingest, list-reads, contended-unfollow, timeline-reads, api "
-        "or all",
-    )
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="bench/results")
-    p.set_defaults(run=cmd_bench)
 
     p = sub.add_parser("serve", help="the HTTP API (README: HTTP API)")
     p.add_argument("--host", default="127.0.0.1")

@@ -23,7 +23,7 @@ from fanout import wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from graph.timelines import TimelineEntry
+from graph.timelines.reader import TimelineEntry
 from schemas import AnyEvent, Follow, Post, Unfollow
 
 

@@ -22,7 +22,7 @@ from api.consumer_lag import ConsumerLag, WatchedGroup
 from api.settings import ApiSettings
 from fanout import gc_policy, wiring
 from fanout.settings import Settings
-from graph.timeline_fetch import ReadMemory
+from graph.timelines.fetch import ReadMemory
 from producers import EventPublisher
 
 OPEN_REFUSED = (

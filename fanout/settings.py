@@ -114,7 +114,8 @@ class Settings(BaseSettings):
         100_000, ge=0, description="authors with more followers are merged at read time"
     )
     # The staleness bound of the cached celebrity posts and celebrity set
-    # (graph/celebrity_posts.py): each expires this long after the store read it was built from.
+    # (graph/timelines/celebrity_posts.py): each expires this long after the store read it was
+    # built from.
     celebrity_cache_s: int = Field(
         5, ge=1, le=3600, description="cached celebrity posts and set expire after this"
     )

@@ -12,14 +12,15 @@ from consumers.fanout_apply import FanoutApplier
 from consumers.loop import Applier
 from consumers.metrics import ConsumerMetrics
 from fanout.settings import Settings
-from graph import EdgeStore, ListSettings, ListStore, MemcacheCluster, open_edge_store
-from graph.capped_lists import CappedListStore
-from graph.celebrity_posts import CelebrityPosts
-from graph.lists import ListStats
-from graph.page_memo import PageMemo
-from graph.timeline_fetch import ReadMemory
-from graph.timelines import TimelineReader, TimelineSource
-from graph.warm_reads import ReplayCache, WarmReads, offline_store
+from graph import EdgeStore, ListSettings, ListStore, open_edge_store
+from graph.lists.capped import CappedListStore
+from graph.lists.token_lists import ListStats
+from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.fetch import ReadMemory
+from graph.timelines.page_memo import PageMemo
+from graph.timelines.reader import TimelineReader, TimelineSource
+from graph.timelines.warm_reads import ReplayCache, WarmReads, offline_store
+from memcache import MemcacheCluster
 from producers import EventPublisher, InternalPublisher
 
 
@@ -74,7 +75,7 @@ def timeline_reader(
     memory: ReadMemory | None = None,
     cache: MemcacheCluster | None = None,
 ) -> TimelineReader:
-    """``memory``: shared by the readers of one process's threads (graph/timeline_fetch.py)."""
+    """``memory``: shared by the readers of one process's threads (graph/timelines/fetch.py)."""
     follow_lists = list_store(settings, store, cache)
     timelines = timeline_store(settings, store, follow_lists.cache)
     celebrities = celebrity_posts(settings, store, timelines)
@@ -84,8 +85,8 @@ def timeline_reader(
 
 
 def warm_reads(settings: Settings, memory: ReadMemory, memo_bytes: int = 0) -> WarmReads:
-    """The event loop's timeline reads (graph/warm_reads.py), sharing ``memory`` with the
-    process's blocking readers; ``memo_bytes`` of rendered pages (graph/page_memo.py)."""
+    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory`` with the
+    process's blocking readers; ``memo_bytes`` of rendered pages (graph/timelines/page_memo.py)."""
     servers = settings.memcached_servers
     replay = ReplayCache(servers)
     reader = timeline_reader(settings, offline_store(), memory, replay)

@@ -1,14 +1,18 @@
-"""The follower graph: the edge store (source of truth) and the token lists in memcached."""
+"""The follower graph: its types (`model`), the edge stores that are its source of truth
+(`stores`), the token lists cached in memcached (`lists`) and the home timelines (`timelines`).
 
-from graph.cache import CacheUnavailable, MemcacheCluster, Outcome
-from graph.edges import EdgeChange, EdgeCounts, EdgeState, EdgeStore, RemovedUser
-from graph.keys import ListKind, ListRef
-from graph.lists import ListSettings, ListWriteError, Snapshot
-from graph.open_store import open_edge_store
-from graph.sharded_lists import ListStore
+Inside, dependencies run one way: `model` imports nothing of the others; `stores` and `lists`
+build on `model`; `timelines` on `lists` and `model`. The memcached client is the `memcache`
+package, which imports nothing of this one.
+"""
+
+from graph.lists.sharded import ListStore
+from graph.lists.token_lists import ListSettings, ListWriteError
+from graph.model.edges import EdgeChange, EdgeCounts, EdgeState, EdgeStore, RemovedUser, Snapshot
+from graph.model.keys import ListKind, ListRef
+from graph.stores.open import open_edge_store
 
 __all__ = [
-    "CacheUnavailable",
     "EdgeChange",
     "EdgeCounts",
     "EdgeState",
@@ -18,8 +22,6 @@ __all__ = [
     "ListSettings",
     "ListStore",
     "ListWriteError",
-    "MemcacheCluster",
-    "Outcome",
     "RemovedUser",
     "Snapshot",
     "open_edge_store",

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from graph.edges import EdgeStore
-from graph.keys import ListKind, ListRef
-from graph.lists import TokenLists
-from graph.timelines import TimelineEntry, TimelineReader
+from graph.lists.token_lists import TokenLists
+from graph.model.edges import EdgeStore
+from graph.model.keys import ListKind, ListRef
+from graph.timelines.reader import TimelineEntry, TimelineReader
 
 
 @dataclass(slots=True)

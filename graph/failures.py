@@ -23,7 +23,8 @@ import sqlite3
 
 from pymongo import errors as mongo
 
-from graph import CacheUnavailable, ListWriteError
+from graph.lists.token_lists import ListWriteError
+from memcache import CacheUnavailable
 
 
 class Failure(enum.Enum):

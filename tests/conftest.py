@@ -25,8 +25,9 @@ os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 from fanout import stack  # noqa: E402
 from fanout.ports import refusing_address  # noqa: E402
 from fanout.settings import Settings, environment  # noqa: E402
-from graph import ListSettings, ListStore, MemcacheCluster  # noqa: E402
-from graph.sqlite_edges import SqliteEdgeStore  # noqa: E402
+from graph import ListSettings, ListStore  # noqa: E402
+from graph.stores.sqlite import SqliteEdgeStore  # noqa: E402
+from memcache import MemcacheCluster  # noqa: E402
 from producers import create_topics  # noqa: E402
 from schemas import Topics  # noqa: E402
 

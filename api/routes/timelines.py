@@ -12,7 +12,7 @@ from api.context import context
 from api.problems import Problem, invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
-from graph.timelines import BadCursor, TimelinePage
+from graph.timelines.reader import BadCursor, TimelinePage
 
 DEFAULT_LIMIT = 50
 
@@ -34,7 +34,8 @@ def rendered(page: TimelinePage) -> bytes:
 
 
 async def timeline(request: Request) -> Response:
-    """Served from the event loop when the read is warm and shows something (graph/warm_reads.py);
+    """Served from the event loop when the read is warm and shows something
+    (graph/timelines/warm_reads.py);
     otherwise (a first read, a list that changed, an empty page to tell from an unknown user,
     anything to heal) by ``read_page`` on a backend thread."""
     ctx = context(request)

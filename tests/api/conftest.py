@@ -18,7 +18,7 @@ from api.settings import ApiSettings
 from fanout import wiring
 from fanout.serve_command import app_for
 from fanout.settings import Settings
-from graph.edges import EdgeChange, EdgeStore, PostRecord
+from graph.model.edges import EdgeChange, EdgeStore, PostRecord
 
 SECRET = "test-secret-that-is-long-enough-for-hs256"
 ClientFactory = Callable[..., Any]

@@ -14,7 +14,7 @@ from consumers.dlq_limit import DlqLimit
 from consumers.halts import DlqLimitExceeded
 from consumers.pulse import Pulse, no_pulse
 from fanout.settings import Settings
-from graph import CacheUnavailable
+from memcache import CacheUnavailable
 from producers import EventPublisher
 from schemas import Follow
 from tests.kafka_helpers import read_topic

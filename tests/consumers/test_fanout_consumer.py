@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from graph.timelines import TimelineEntry
+from graph.timelines.reader import TimelineEntry
 from producers import EventPublisher
 from tests.conftest import run_cli
 from tests.kafka_helpers import read_topic

@@ -11,11 +11,11 @@ import pytest
 from consumers.graph_apply import GraphApplier
 from consumers.positions import Origin, Positioned
 from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.cache import MemcacheCluster
-from graph.capped_lists import CappedListStore
-from graph.edges import PostRecord
-from graph.sqlite_edges import SqliteEdgeStore
-from graph.timelines import TimelineReader, TimelineSource
+from graph.lists.capped import CappedListStore
+from graph.model.edges import PostRecord
+from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines.reader import TimelineReader, TimelineSource
+from memcache.cluster import MemcacheCluster
 from schemas import Follow, Unfollow, UserRemoved
 
 ORIGIN = Origin("t.graph", 0, 0, None)

@@ -12,8 +12,8 @@ Things that are internals on purpose and would move with another redesign:
   a statement outside a transaction is a yield point (``BEGIN IMMEDIATE`` of a write, the
   read-back ``SELECT``s), none inside one (a store transaction is atomic, as it is for real);
 - what makes a run time- and entropy-dependent, replaced for reproducibility: generation names
-  (``graph.fencing.new_generation``: a counter), rollover shard names (``secrets`` in
-  graph/sharded_lists.py: seeded), the claim TTL (``graph.fencing.LEASE_S``: longer than any
+  (``graph.lists.fencing.new_generation``: a counter), rollover shard names (``secrets`` in
+  graph/lists/sharded.py: seeded), the claim TTL (``graph.lists.fencing.LEASE_S``: longer than any
   schedule, so a claim expires only as an injected fault) and a reader's wait for someone
   else's build (``TokenLists._pause``: a yield point on the virtual clock);
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
@@ -32,22 +32,22 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import graph.fencing
-import graph.sharded_lists
+import graph.lists.fencing
+import graph.lists.sharded
 from consumers.failures import classify
 from consumers.fanout_apply import FanoutApplier
 from consumers.graph_apply import GraphApplier
 from consumers.positions import OFFSET_BITS, Origin, Positioned, position
-from graph.cache import MemcacheCluster, Outcome
-from graph.capped_lists import CappedListStore
-from graph.celebrity_posts import CelebrityPosts
-from graph.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser
 from graph.failures import Failure as FailureClass
-from graph.keys import SEP
-from graph.lists import ListKind, ListRef, ListSettings, Snapshot, TokenLists
-from graph.sharded_lists import ListStore
-from graph.sqlite_edges import SqliteEdgeStore
-from graph.timelines import TimelineEntry, TimelineReader, TimelineSource
+from graph.lists.capped import CappedListStore
+from graph.lists.sharded import ListStore
+from graph.lists.token_lists import ListSettings, TokenLists
+from graph.model.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser, Snapshot
+from graph.model.keys import SEP, ListKind, ListRef
+from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
+from memcache.cluster import MemcacheCluster, Outcome
 from producers.publisher import DeliveryReport
 from schemas import AnyEvent, Follow, Post, Unfollow, UserRemoved
 from tests.explore.model import Event, ListId
@@ -69,7 +69,7 @@ PROJECT_API = (
     "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
     "ListStore/CappedListStore(cache, source, ListSettings, rng): read_many, invalidate, "
     "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
-    "graph.fencing.new_generation/LEASE_S/BUILDING; graph.keys.SEP",
+    "graph.lists.fencing.new_generation/LEASE_S/BUILDING; graph.model.keys.SEP",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
     "FanoutApplier(..., CelebrityPosts).apply(batch); TimelineSource.snapshot, TimelineReader",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
@@ -98,9 +98,9 @@ def is_marker(key: bytes, value: bytes) -> bool:
     if key.count(SEP) != 2:
         return False
     if key.split(SEP)[1] == ListKind.TIMELINE.value.encode():
-        return value.startswith(graph.fencing.BUILDING)
+        return value.startswith(graph.lists.fencing.BUILDING)
     first = value.split(b" ", 1)[0]
-    return first.endswith(graph.fencing.BUILDING)
+    return first.endswith(graph.lists.fencing.BUILDING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,9 +464,9 @@ class World:
             Proxy(self.cluster, scheduler, "cache", self._seen, _canonical, _no_keys),
         )
         patches: list[tuple[Any, str, Any]] = [
-            (graph.fencing, "new_generation", self._generation),
-            (graph.fencing, "LEASE_S", LEASE_S),
-            (graph.sharded_lists, "secrets", SimpleNamespace(token_hex=self._hex)),
+            (graph.lists.fencing, "new_generation", self._generation),
+            (graph.lists.fencing, "LEASE_S", LEASE_S),
+            (graph.lists.sharded, "secrets", SimpleNamespace(token_hex=self._hex)),
             (TokenLists, "_pause", lambda lists: scheduler.sleep(0.01)),
         ]
         saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
@@ -558,7 +558,7 @@ class World:
         return footprint(call, args)
 
     def expire_leases(self) -> list[bytes]:
-        """Claims whose TTL has passed (a rebuild slower than ``graph.fencing.LEASE_S``, a
+        """Claims whose TTL has passed (a rebuild slower than ``graph.lists.fencing.LEASE_S``, a
         stalled process): claim TTLs are made too long to expire by the wall clock (that would
         not replay), so expiry is a fault the explorer injects. A claim is the list's head item
         holding a building marker: every head that holds one now is deleted, as its expiry
@@ -971,7 +971,7 @@ class _Forensics:
             if s.call == "cache.add_many" and s.done and s.result.get(key) is Outcome.STORED:
                 claim = s.index
                 value: bytes = s.args[0][key]
-                gen = value.split()[0].strip(graph.fencing.BUILDING)
+                gen = value.split()[0].strip(graph.lists.fencing.BUILDING)
                 break
         prefix = key if kind == TIMELINE else (key + SEP + gen + SEP if gen else b"")
         if claim is None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graph.cache import MemcacheCluster
+from memcache.cluster import MemcacheCluster
 from tests.explore import adapter
 from tests.explore.model import Event, GraphModel, Kind, ListId
 from tests.explore.scheduler import Aborted, Hang, Scheduler, Step

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.cache import MemcacheCluster
+from memcache.cluster import MemcacheCluster
 from tests.explore.explorer import SCENARIOS, Schedule, explore, run_schedule
 
 

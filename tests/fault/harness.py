@@ -19,7 +19,7 @@ from typing import Any
 from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from graph.timelines import TimelineEntry
+from graph.timelines.reader import TimelineEntry
 from producers import EventPublisher
 from tests.conftest import settings_env
 

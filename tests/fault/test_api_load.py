@@ -27,7 +27,7 @@ import pytest
 from bench.server import api_server
 from fanout import stack
 from fanout.settings import Settings
-from graph.timelines import TimelineEntry
+from graph.timelines.reader import TimelineEntry
 from tests.fault.harness import ConsumerProcess, Model, compare, fault_settings, record
 
 MINUTES = float(os.environ.get("FANOUT_LOAD_MINUTES", "0") or 0)
@@ -158,7 +158,7 @@ def through_the_api(base: str, model: Model) -> Counter[str]:
     for user in sorted(model.users):
         timeline = model.timeline(user)
         # The whole timeline, and the page the readers asked for all along: a page remembered
-        # by a server process (graph/page_memo.py) must not outlive a change under load.
+        # by a server process (graph/timelines/page_memo.py) must not outlive a change under load.
         for limit in (model.cap, READ_LIMIT):
             status, body = client.call("GET", f"/v1/timelines/{user}?limit={limit}")
             posts = orjson.loads(body)["posts"] if status == 200 else []

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from graph import ListSettings
-from graph.cache import MemcacheCluster
+from memcache.cluster import MemcacheCluster
 from tests.fault.harness import SIZE, record
 from tests.graph.contention import contend
 

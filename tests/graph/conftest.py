@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fanout.settings import Settings
-from graph.edges import EdgeStore
+from graph.model.edges import EdgeStore
 from tests.graph.edge_backends import BACKENDS, real_mongo_skip_reason
 from tests.graph.warm_pair import Pair, count_multi_gets, make_pair
 

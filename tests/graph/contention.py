@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.cache import MemcacheCluster
-from graph.lists import ListStats
-from graph.sqlite_edges import SqliteEdgeStore
+from graph.lists.token_lists import ListStats
+from graph.stores.sqlite import SqliteEdgeStore
+from memcache.cluster import MemcacheCluster
 
 STAR = ListRef(ListKind.FOLLOWERS, "star")
 

@@ -13,9 +13,9 @@ from typing import Any
 import mongomock
 import pymongo
 
-from graph.edges import EdgeStore
-from graph.mongo_edges import MongoEdgeStore
-from graph.sqlite_edges import SqliteEdgeStore
+from graph.model.edges import EdgeStore
+from graph.stores.mongo import MongoEdgeStore
+from graph.stores.sqlite import SqliteEdgeStore
 from tests.mongomock_compat import patch_mongomock
 
 MONGO_URL = os.environ.get("FANOUT_TEST_MONGO_URL")

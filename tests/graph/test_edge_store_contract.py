@@ -11,10 +11,10 @@ from typing import Any
 import mongomock
 import pytest
 
-from graph.edges import EdgeChange, EdgeCounts, EdgeState, EdgeStore, PostRecord
-from graph.lists import ListKind, ListRef, Snapshot
-from graph.mongo_edges import MongoEdgeStore
-from graph.sqlite_edges import SqliteEdgeStore
+from graph.model.edges import EdgeChange, EdgeCounts, EdgeState, EdgeStore, PostRecord, Snapshot
+from graph.model.keys import ListKind, ListRef
+from graph.stores.mongo import MongoEdgeStore
+from graph.stores.sqlite import SqliteEdgeStore
 from tests.mongomock_compat import patch_mongomock
 
 
@@ -142,7 +142,7 @@ def test_known_users_tells_unknown_from_empty(edge_store: EdgeStore) -> None:
 
 
 def test_followers_query_is_covered_on_real_mongodb(edge_store: EdgeStore) -> None:
-    from graph.mongo_edges import MongoEdgeStore
+    from graph.stores.mongo import MongoEdgeStore
 
     if (
         not isinstance(edge_store, MongoEdgeStore)

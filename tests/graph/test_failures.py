@@ -10,9 +10,10 @@ import pytest
 from pymongo import MongoClient
 from pymongo import errors as mongo
 
-from graph import EdgeChange, MemcacheCluster
+from graph import EdgeChange
 from graph.failures import Failure, classify, is_transient
-from graph.sqlite_edges import SqliteEdgeStore
+from graph.stores.sqlite import SqliteEdgeStore
+from memcache import MemcacheCluster
 from tests.conftest import Refused
 
 

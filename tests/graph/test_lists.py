@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from graph import CacheUnavailable, EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.cache import MemcacheCluster
-from graph.capped_lists import CappedListStore
-from graph.fencing import Index
-from graph.keys import counter_key
-from graph.lists import Snapshot
-from graph.sqlite_edges import SqliteEdgeStore
+from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from graph.lists.capped import CappedListStore
+from graph.lists.fencing import Index
+from graph.model.edges import Snapshot
+from graph.model.keys import counter_key
+from graph.stores.sqlite import SqliteEdgeStore
+from memcache import CacheUnavailable
+from memcache.cluster import MemcacheCluster
 from tests.conftest import Refused
 from tests.graph.contention import STAR, contend, write
 
@@ -215,7 +216,7 @@ def test_a_late_older_token_loses_to_a_newer_one_whatever_the_append_order(
     assert lists.read(STAR) == frozenset() == set(sqlite_store.followers("star"))
 
 
-# -- the fence (graph/fencing.py): issue #12 items 1, 2 and 7 -----------------------------------
+# -- the fence (graph/lists/fencing.py) ------------------------------------------------------------
 
 
 def test_an_invalidation_during_a_rebuild_makes_its_stale_commit_fail(

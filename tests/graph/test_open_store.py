@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graph import open_edge_store
-from graph.open_store import redact
+from graph.stores.open import redact
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import tracemalloc
 
 import orjson
 
-from graph.async_cache import Replies
-from graph.page_memo import PageMemo
-from graph.timeline_fetch import Remembered
+from graph.timelines.fetch import Remembered
+from graph.timelines.page_memo import PageMemo
+from memcache.async_cluster import Replies
 
 BUDGET = 1 << 18
 

@@ -14,14 +14,14 @@ from typing import Any, cast
 import pytest
 
 from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.cache import MemcacheCluster, Outcome
-from graph.capped_lists import CappedListStore
-from graph.celebrity_posts import CelebrityPosts
-from graph.edges import EdgeStore, PostRecord
-from graph.sqlite_edges import SqliteEdgeStore
-from graph.timeline_fetch import ReadMemory, Remembered
-from graph.timelines import BadCursor, TimelineEntry, TimelineReader, TimelineSource
-from graph.tokens import token
+from graph.lists.capped import CappedListStore
+from graph.lists.tokens import token
+from graph.model.edges import EdgeStore, PostRecord
+from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.fetch import ReadMemory, Remembered
+from graph.timelines.reader import BadCursor, TimelineEntry, TimelineReader, TimelineSource
+from memcache.cluster import MemcacheCluster, Outcome
 from tests.graph.contention import write
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph.tokens import (
+from graph.lists.tokens import (
     CorruptList,
     UnsafeMember,
     _winners,

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import uvloop
 
-import graph.lists
+import graph.lists.token_lists
 from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from graph.cache import CacheUnavailable, MemcacheCluster
-from graph.fencing import index_marker, new_generation, timeline_marker
-from graph.timeline_fetch import ReadMemory
-from graph.timelines import BadCursor, TimelineEntry, TimelinePage
-from graph.warm_reads import WarmReads
+from graph.lists.fencing import index_marker, new_generation, timeline_marker
+from graph.timelines.fetch import ReadMemory
+from graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
+from graph.timelines.warm_reads import WarmReads
+from memcache.cluster import CacheUnavailable, MemcacheCluster
 from tests.conftest import Refused
 from tests.graph.warm_pair import Pair, shown, writes
 
@@ -119,7 +119,7 @@ def test_a_list_being_built_is_none_at_once(
     )
     cache.set_many({key: marker}, expire=60)
     wait_s = 4.0
-    monkeypatch.setattr(graph.lists, "BUILD_WAIT_S", wait_s)
+    monkeypatch.setattr(graph.lists.token_lists, "BUILD_WAIT_S", wait_s)
     started = time.monotonic()
     assert_none_and_nothing_written(pair)
     assert time.monotonic() - started < wait_s / 2  # never slept a round
@@ -219,8 +219,8 @@ def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blockin
 def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
     pair: Pair, cache: MemcacheCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The page memo (graph/page_memo.py): an unchanged read is answered without a walk, an
-    item rewritten with the same bytes (the celebrity set, rebuilt) is unchanged, and after any
+    """The page memo (graph/timelines/page_memo.py): an unchanged read is answered without a walk,
+    an item rewritten with the same bytes (the celebrity set, rebuilt) is unchanged, and after any
     change the page is walked again and is the blocking page. Walks are counted by wrapping
     ``WarmReads._walk`` (instrumentation: the real walk runs)."""
     warmed(pair)

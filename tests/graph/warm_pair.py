@@ -16,14 +16,14 @@ from pymemcache.client.base import Client
 from fanout import wiring
 from fanout.settings import Settings
 from graph import EdgeChange, ListKind, ListRef
-from graph.async_cache import AsyncMemcache
-from graph.cache import Item
-from graph.edges import PostRecord
-from graph.sqlite_edges import SqliteEdgeStore
-from graph.timeline_fetch import ReadMemory
-from graph.timelines import TimelineEntry, TimelinePage, TimelineReader
-from graph.tokens import token
-from graph.warm_reads import WarmReads
+from graph.lists.tokens import token
+from graph.model.edges import PostRecord
+from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines.fetch import ReadMemory
+from graph.timelines.reader import TimelineEntry, TimelinePage, TimelineReader
+from graph.timelines.warm_reads import WarmReads
+from memcache.async_cluster import AsyncMemcache
+from memcache.cluster import Item
 from tests.graph.contention import write
 
 MEMO_BYTES = 1 << 20
@@ -53,7 +53,7 @@ class Pair:
     memory: ReadMemory
     blocking: TimelineReader
     warm_reads: WarmReads
-    memo_reads: WarmReads  # the same, with a page memo (graph/page_memo.py)
+    memo_reads: WarmReads  # the same, with a page memo (graph/timelines/page_memo.py)
     multi_gets: list[list[bytes]]
     pos: int = 0
     now: int = field(default_factory=lambda: int(time.time() * 1000))

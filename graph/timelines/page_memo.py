@@ -2,15 +2,15 @@
 
 A warm read of an unchanged timeline fetches the same items and walks them to the same page
 every time; the walk and the rendering cost more CPU than the rest of an HTTP request
-(README Performance). So the event loop's reader (graph/warm_reads.py) keeps, per page asked
-(user, limit, cursor), what it rendered, the remembered read that chose its keys, and the
+(README Performance). So the event loop's reader (graph/timelines/warm_reads.py) keeps, per page
+asked (user, limit, cursor), what it rendered, the remembered read that chose its keys, and the
 replies of its multi-GET exactly as the servers sent them. A later read of the same page still
 sends the multi-GET; when the replies are the same bytes, it returns the rendered body without
-parsing them (graph/async_cache.py compares them as they arrive) and without walking.
+parsing them (memcache/async_cluster.py compares them as they arrive) and without walking.
 
 **Why the same replies mean the same page.** The keys asked are a function of the user and
 the remembered read. The replies hold every value read, whole, and nothing else (no CAS id,
-no time to live: graph/async_cache.py), so the same replies are the same items. The page is a
+no time to live: memcache/async_cluster.py), so the same replies are the same items. The page is a
 function of the remembered read and the items (the walk has no clock and no randomness; cap
 and settings are fixed for a process). Only reads answered by their first multi-GET are
 remembered here, so the replies cover everything they read. Nothing here depends on CAS ids
@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import NamedTuple
 
-from graph.async_cache import Replies
+from memcache.async_cluster import Replies
 
 PageKey = tuple[str, int, str | None]  # user, limit, cursor
 # Bytes an entry holds besides its body and its replies: the key, the remembered read it shares

@@ -10,9 +10,9 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from graph.edges import EdgeStore
-from graph.mongo_edges import FollowingMode, MongoEdgeStore
-from graph.sqlite_edges import SqliteEdgeStore
+from graph.model.edges import EdgeStore
+from graph.stores.mongo import FollowingMode, MongoEdgeStore
+from graph.stores.sqlite import SqliteEdgeStore
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}")
 

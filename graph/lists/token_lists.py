@@ -1,10 +1,10 @@
 """What every cached token list shares: settings, stats, the read and write retry loops, rebuilds
 through the fence, invalidation, the dirtiness rule and write sampling.
 
-A layout (graph/sharded_lists.py: follower and following lists; graph/capped_lists.py: home
+A layout (graph/lists/sharded.py: follower and following lists; graph/lists/capped.py: home
 timelines) supplies how a list is claimed, committed, read and appended to. The fence itself
-(claim, commit, invalidate) and the argument for why it is right are in graph/fencing.py; the
-token encoding, in which appends commute, in graph/tokens.py.
+(claim, commit, invalidate) and the argument for why it is right are in graph/lists/fencing.py; the
+token encoding, in which appends commute, in graph/lists/tokens.py.
 
 Every cached item expires: a list's head after ``heal_s`` (±10% so lists built together do not
 expire together), its shards after twice that, so a head never names a shard that expired first.
@@ -18,22 +18,20 @@ import abc
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from graph import fencing
-from graph.cache import MemcacheCluster
-from graph.keys import KeySpace, ListKind, ListRef
-from graph.tokens import DecodedList, encode, split_tokens
+from graph.lists import fencing
+from graph.lists.tokens import DecodedList, encode, split_tokens
+from graph.model.edges import Snapshot
+from graph.model.keys import KeySpace, ListRef
+from memcache.cluster import MemcacheCluster
 
 __all__ = [
-    "ListKind",
-    "ListRef",
     "ListSettings",
     "ListStats",
     "ListWriteError",
     "MemberSource",
     "Pending",
-    "Snapshot",
     "TokenLists",
 ]
 
@@ -43,14 +41,6 @@ MAX_WRITE_ATTEMPTS = 8
 BUILD_WAIT_ROUNDS = 50
 BUILD_WAIT_S = 0.01
 T = TypeVar("T")
-
-
-class Snapshot(NamedTuple):
-    """What a list holds according to the source of truth: members, and for positioned lists
-    (follower/following) the position of the write that made each one a member."""
-
-    members: list[str]
-    positions: list[int] | None
 
 
 class MemberSource(Protocol):
@@ -137,7 +127,7 @@ class TokenLists(abc.ABC):
 
     def invalidate(self, refs: Iterable[ListRef]) -> None:
         """Drop lists so the next reader rebuilds them from the store (fenced: see
-        graph/fencing.py)."""
+        graph/lists/fencing.py)."""
         keys = self.index_keys(list(dict.fromkeys(refs)))
         fencing.invalidate(self.cache, keys)
         self.stats.invalidations += len(keys)

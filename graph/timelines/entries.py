@@ -3,7 +3,7 @@
 A timeline member is ``{ts:013d}!{author}!{post_id}``: ``!`` is outside the id alphabet and
 below every character in it, and the time is zero-padded, so byte order is exactly the order of
 (time, author, post id), the order readers and regeneration use. The read path works on the
-member strings (graph/timeline_view.py) and parses only the entries it returns.
+member strings (graph/timelines/view.py) and parses only the entries it returns.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import base64
 import binascii
 from typing import NamedTuple
 
-from graph.edges import PostRecord
+from graph.model.edges import PostRecord
 
 
 class BadCursor(ValueError):
@@ -55,7 +55,7 @@ class TimelineEntry(NamedTuple):
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
         # A member's own form (no sign, no spaces), and the cursor exactly as ``cursor`` spells
         # it: the decoder skips characters outside the alphabet, and every spelling of one page
-        # would be a page of its own to the page memo (graph/page_memo.py).
+        # would be a page of its own to the page memo (graph/timelines/page_memo.py).
         if entry.member != member or not ts.isdigit() or entry.cursor != cursor:
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}")
         return entry

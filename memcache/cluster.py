@@ -7,9 +7,9 @@ same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
 Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
-graph/memcache_pipe.py for why); FLUSH through pymemcache. Invariant: every exchange with a
-server goes through ``_pipelined`` or ``_call`` (graph/warm_reads.py's ``ReplayCache`` overrides
-exactly those two to refuse I/O on an event loop).
+memcache/wire.py for why); FLUSH through pymemcache. Invariant: every exchange with a
+server goes through ``_pipelined`` or ``_call`` (graph/timelines/warm_reads.py's ``ReplayCache``
+overrides exactly those two to refuse I/O on an event loop).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import mmh3
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
-from graph.memcache_pipe import (
+from memcache.wire import (
     NOT_READ,
     CacheUnavailable,
     Item,
@@ -192,7 +192,7 @@ class MemcacheCluster:
 
     def wait(self, seconds: float) -> None:
         """Before asking again for items someone else is writing (a list being built). A
-        client that must not block (graph/warm_reads.py) refuses instead."""
+        client that must not block (graph/timelines/warm_reads.py) refuses instead."""
         time.sleep(seconds)
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:

@@ -219,7 +219,7 @@ def take_values(
     whole reply taken and how many bytes from there are needed to take the next (0: done).
     Values are read by their announced length, so they may hold any bytes. Raises
     ``ValueError`` on a reply out of protocol. Sans I/O: the blocking pipe and the event loop's
-    connection (graph/async_cache.py) both read through it."""
+    connection (memcache/async_cluster.py) both read through it."""
     tokens = 4 if writable else 2
     while len(found) < count:
         eol = buf.find(b"\r\n", pos)

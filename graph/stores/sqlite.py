@@ -13,19 +13,19 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from graph.edges import (
+from graph.model.edges import (
     EdgeChange,
     EdgeCounts,
     EdgeState,
     PostRecord,
     RemovedUser,
-    StoreQueries,
+    Snapshot,
     known,
     newest_first,
     prepare,
 )
-from graph.keys import ListKind, ListRef
-from graph.lists import Snapshot
+from graph.model.keys import ListKind, ListRef
+from graph.stores.queries import StoreQueries
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS edges (

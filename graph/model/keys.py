@@ -54,8 +54,8 @@ class KeySpace:
         return self._user_keys(kind.value, users)
 
     def celebrity_posts_keys(self, users: Sequence[str]) -> list[bytes]:
-        """``{ns}|cp|{user}``: a celebrity's recent posts (graph/celebrity_posts.py). ``cp`` is
-        no list kind, so these never meet a list's keys."""
+        """``{ns}|cp|{user}``: a celebrity's recent posts (graph/timelines/celebrity_posts.py).
+        ``cp`` is no list kind, so these never meet a list's keys."""
         return self._user_keys(CELEBRITY_POSTS, users)
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:

@@ -2,7 +2,8 @@
 
 A read needs the reader's following list (its head item, then the shards the head names), its
 timeline item, the celebrity set and the recent-posts items of the celebrities it follows
-(graph/celebrity_posts.py). In dependency order that is three or four round trips. Here it is
+(graph/timelines/celebrity_posts.py). In dependency order that is three or four round trips. Here
+it is
 one multi-GET: the fetcher remembers, per user (in-process, least recently used first out), the
 following list's head value and the celebrities the user followed at its last read (with the
 keys of the next batch, derived from those once), and asks for the shards that head names and
@@ -19,7 +20,7 @@ the remembered head value, which this process read at time t0, and let the batch
 at t_h (finding R) and a shard at t_s. Both come after t0 (the batch is sent after that read
 completed), and t_s may come before t_h (keys live on different servers). A head never holds the
 same value twice: a committed head names its generation, which is fresh for every claim; within
-a generation the head only grows (a rollover appends a shard name, graph/sharded_lists.py);
+a generation the head only grows (a rollover appends a shard name, graph/lists/sharded.py);
 invalidation, eviction and expiry delete it, and whatever is written next names a new
 generation. So a head that held R at t0 and at t_h held R throughout, and at t_s in particular.
 Reading the head just before t_s (finding R) and the shard at t_s is an execution of the
@@ -55,11 +56,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from graph.cache import Item
-from graph.capped_lists import CappedListStore
-from graph.celebrity_posts import CelebrityPosts
-from graph.keys import ListKind, ListRef
-from graph.sharded_lists import ListStore
+from graph.lists.capped import CappedListStore
+from graph.lists.sharded import ListStore
+from graph.model.keys import ListKind, ListRef
+from graph.timelines.celebrity_posts import CelebrityPosts
+from memcache.cluster import Item
 
 # Users whose last read is remembered: ~600 bytes each (a head value, names, the next keys).
 REMEMBERED_USERS = 1 << 15

@@ -3,7 +3,7 @@
 The view (README "Timelines and fan-out"): entries of authors the reader follows now, one per
 post (``(author, post id)``; the newest wins, as in the order ``newest_first`` uses), newest
 first, the first ``cap`` of those; a page is the part of the view older than a cursor, at most
-``limit`` long. Byte order of members is reader order (graph/timeline_entries.py), so sorting
+``limit`` long. Byte order of members is reader order (graph/timelines/entries.py), so sorting
 the strings is sorting the entries: C comparisons, no objects per entry.
 
 A page is found by walking the sorted candidates newest first and splitting only the members
@@ -23,8 +23,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import islice, repeat
 
-from graph.timeline_entries import TimelineEntry
-from graph.tokens import CorruptList
+from graph.lists.tokens import CorruptList
+from graph.timelines.entries import TimelineEntry
 
 _tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code; this is one C call
 

@@ -42,10 +42,10 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from graph.cache import Item, MemcacheCluster, Outcome
-from graph.edges import EdgeStore
-from graph.keys import KeySpace
-from graph.timeline_entries import TimelineEntry
+from graph.model.edges import EdgeStore
+from graph.model.keys import KeySpace
+from graph.timelines.entries import TimelineEntry
+from memcache.cluster import Item, MemcacheCluster, Outcome
 
 DEFAULT_TTL_S = 5
 log = logging.getLogger("fanout.celebrities")

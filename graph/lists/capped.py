@@ -3,7 +3,7 @@
 A capped list never outgrows one memcached item (800 entries of at most ~145 bytes), so it
 needs no index and no shards: a delivery is one APPEND to ``{ns}|tl|{user}``, pipelined per
 server, which is as close to the raw limit as a fan-out can get. The item is its own head for
-the fence (graph/fencing.py): a rebuild ADDs it holding only a marker token, deliveries append
+the fence (graph/lists/fencing.py): a rebuild ADDs it holding only a marker token, deliveries append
 after the marker as to any timeline, and the commit CASes in the regenerated entries followed
 by whatever was appended meanwhile.
 
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from graph import fencing
-from graph.cache import Item, Outcome, keep_ttl
-from graph.keys import ListKind, ListRef
-from graph.lists import Pending, Snapshot, TokenLists
-from graph.tokens import CorruptList, additions, compact_shards, decode, encode_members
+from graph.lists import fencing
+from graph.lists.token_lists import Pending, TokenLists
+from graph.lists.tokens import CorruptList, additions, compact_shards, decode, encode_members
+from graph.model.edges import Snapshot
+from graph.model.keys import ListKind, ListRef
+from memcache.cluster import Item, Outcome, keep_ttl
 
 
 def shorter(ttl: int) -> int:

@@ -26,9 +26,9 @@ import uvloop
 from fanout.ports import free_port, listens
 from fanout.settings import Settings
 from fanout.stack import StackState, memcached_answers, memcached_binary
-from graph.async_cache import AsyncMemcache, Replies
-from graph.cache import CacheUnavailable, Item, MemcacheCluster, Outcome
-from graph.memcache_pipe import NOT_READ
+from memcache.async_cluster import AsyncMemcache, Replies
+from memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
+from memcache.wire import NOT_READ
 from tests.conftest import Refused
 
 ITEM_LIMIT = 1024 * 1024  # memcached's default -I, which the test stack runs with
@@ -134,8 +134,8 @@ def unread_ttl(items: dict[bytes, Item]) -> dict[bytes, Item]:
 def test_replies_equal_to_the_expected_ones_are_not_parsed_and_any_change_is(
     servers: Servers, cache: MemcacheCluster
 ) -> None:
-    """What the page memo rests on (graph/page_memo.py): ``found`` is None exactly when every
-    server's replies are the expected bytes; a value rewritten with the same bytes (a new CAS
+    """What the page memo rests on (graph/timelines/page_memo.py): ``found`` is None exactly when
+    every server's replies are the expected bytes; a value rewritten with the same bytes (a new CAS
     id) is the same, any other change is parsed, and a value of many socket reads compares
     whole."""
     big = bytes(range(256)) * ((ITEM_LIMIT - 2048) // 256)
@@ -469,7 +469,8 @@ def test_remembered_plans_hold_a_bounded_number_of_keys(
     """A plan holds its keys and their commands, so plans are bounded by the keys they hold,
     not by their count (adversary6: 32k plans of 107 keys held 369-715 MiB). One-off multi-GETs
     (``gets_many``: the round trips after a batch) and plans of many keys are not kept."""
-    monkeypatch.setattr("graph.async_cache.REMEMBERED_PLAN_KEYS", 640)  # at most 10 keys a plan
+    # at most 10 keys a plan
+    monkeypatch.setattr("memcache.async_cluster.REMEMBERED_PLAN_KEYS", 640)
     assert cache.set_many({b"k%d" % i: b"v%d" % i for i in range(0, 2000, 7)})
 
     async def main() -> None:

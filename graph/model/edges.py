@@ -9,13 +9,11 @@ removal so that an older follow arriving late cannot bring an edge back.
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from graph.keys import ListRef
-from graph.lists import Snapshot
+from graph.model.keys import ListRef
 
 
 class EdgeChange(NamedTuple):
@@ -30,6 +28,14 @@ class EdgeChange(NamedTuple):
     @property
     def edge(self) -> tuple[str, str]:
         return (self.follower, self.followee)
+
+
+class Snapshot(NamedTuple):
+    """What a list holds according to the source of truth: members, and for positioned lists
+    (follower/following) the position of the write that made each one a member."""
+
+    members: list[str]
+    positions: list[int] | None
 
 
 class EdgeState(NamedTuple):
@@ -160,13 +166,3 @@ def known(active: set[str], seen: set[str], removed: set[str]) -> set[str]:
     post. A removed user is unknown until a follow newer than its removal makes it active
     again (its old, switched-off edges and its posts do not count)."""
     return active | (seen - removed)
-
-
-class StoreQueries(abc.ABC):
-    """What every store derives from its own ``snapshot``."""
-
-    @abc.abstractmethod
-    def snapshot(self, ref: ListRef) -> Snapshot: ...
-
-    def all_members(self, ref: ListRef) -> list[str]:
-        return self.snapshot(ref).members

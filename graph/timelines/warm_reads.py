@@ -3,7 +3,7 @@
 A read on a request thread pays for the hop twice (handing the request over, and the GIL it
 waits for after each socket call while the loop holds it); under load the hops were most of a
 read's latency and all of its tail (README Performance). Here the multi-GETs are sent from the
-event loop (graph/async_cache.py) and the page is walked on the loop.
+event loop (memcache/async_cluster.py) and the page is walked on the loop.
 
 **The same code as every other read, never a second version of it.** The checks and the walk
 are ``TimelineFetch.settle`` and ``TimelineReader.page``, run by a reader of the loop's own whose
@@ -21,7 +21,7 @@ the blocking way (which heals what needs healing). A corrupt member (``ValueErro
 ``IndexError``) is None too: the blocking read drops and regenerates the item.
 
 The remembered read is taken once, before the batch is sent, and the same value builds the
-batch and judges it: graph/timeline_fetch.py's argument needs the batch sent after the
+batch and judges it: graph/timelines/fetch.py's argument needs the batch sent after the
 remembered head was read, and a request thread may remember a newer head while this one awaits.
 
 Only the event loop's thread uses a ``WarmReads``; the runs of one read happen between awaits,
@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, cast
 
-from graph.async_cache import AsyncMemcache
-from graph.cache import Item, MemcacheCluster
-from graph.edges import EdgeStore
-from graph.page_memo import PageKey, PageMemo
-from graph.timeline_fetch import Remembered
-from graph.timelines import BadCursor, TimelinePage, TimelineReader
+from graph.model.edges import EdgeStore
+from graph.timelines.fetch import Remembered
+from graph.timelines.page_memo import PageKey, PageMemo
+from graph.timelines.reader import BadCursor, TimelinePage, TimelineReader
+from memcache.async_cluster import AsyncMemcache
+from memcache.cluster import Item, MemcacheCluster
 
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
 # after its head), then celebrities it follows that were not remembered.
@@ -105,7 +105,7 @@ def offline_store() -> EdgeStore:
 class WarmReads:
     """``reader``: built on ``replay`` and ``offline_store()``, sharing its ``ReadMemory`` with
     the process's blocking readers; ``servers``: the same memcached; ``memo``: rendered pages
-    (graph/page_memo.py), or None."""
+    (graph/timelines/page_memo.py), or None."""
 
     def __init__(
         self,
@@ -137,7 +137,7 @@ class WarmReads:
     ) -> bytes | None:
         """``render(page)`` of ``page``'s page (None when ``page`` is None or ``render`` says
         so), remembered in the memo when the read took one batch, and taken from there when a
-        later read of the same page gets the same replies (graph/page_memo.py)."""
+        later read of the same page gets the same replies (graph/timelines/page_memo.py)."""
         fetcher = self._reader.fetcher
         last = fetcher.remembered(user)
         asked: PageKey = (user, limit, cursor)

@@ -10,8 +10,8 @@ What a reader sees is defined as: the newest ``cap`` posts by the authors the re
 Posts of authors the reader no longer follows are filtered out at read time (cheaper and safer
 than chasing them through every timeline on unfollow); posts of celebrities, which are never
 fanned out, are merged in at read time from cached answers of the edge store
-(graph/celebrity_posts.py: stale by at most a stated bound). Regeneration builds the same thing
-from the edge store, so a lost timeline comes back with the same answers.
+(graph/timelines/celebrity_posts.py: stale by at most a stated bound). Regeneration builds the same
+thing from the edge store, so a lost timeline comes back with the same answers.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 
-from graph.capped_lists import CappedListStore
-from graph.celebrity_posts import CelebrityPosts
-from graph.edges import EdgeStore
-from graph.keys import ListKind, ListRef
-from graph.lists import Snapshot
-from graph.sharded_lists import ListStore
-from graph.timeline_entries import BadCursor, TimelineEntry
-from graph.timeline_fetch import Fetched, ReadMemory, TimelineFetch
-from graph.timeline_view import visible_page
+from graph.lists.capped import CappedListStore
+from graph.lists.sharded import ListStore
+from graph.model.edges import EdgeStore, Snapshot
+from graph.model.keys import ListKind, ListRef
+from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.entries import BadCursor, TimelineEntry
+from graph.timelines.fetch import Fetched, ReadMemory, TimelineFetch
+from graph.timelines.view import visible_page
 
 __all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
 
@@ -57,8 +56,8 @@ class TimelineSource:
 
 
 class TimelineReader:
-    """Reads home timelines: one multi-GET when warm (graph/timeline_fetch.py), a walk over the
-    member strings (graph/timeline_view.py), no store query unless something was missing.
+    """Reads home timelines: one multi-GET when warm (graph/timelines/fetch.py), a walk over the
+    member strings (graph/timelines/view.py), no store query unless something was missing.
     Not thread-safe: one reader per thread or task."""
 
     def __init__(
@@ -84,7 +83,8 @@ class TimelineReader:
         """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of
         ours). One more entry than asked is read to know whether an older page exists.
 
-        ``got``: what a read already fetched (graph/warm_reads.py): the page is walked from it,
+        ``got``: what a read already fetched (graph/timelines/warm_reads.py): the page is walked
+        from it,
         and a corrupt member raises (``ValueError``, ``IndexError``) instead of being healed."""
         before = None if cursor is None else TimelineEntry.from_cursor(cursor)
         if got is None:
@@ -128,7 +128,7 @@ class TimelineReader:
         delivered.sort()  # in item order it is nearly sorted already
         # Without a cursor, a page of ``limit`` usually needs no more than the newest
         # ``2 * limit`` delivered members and each celebrity's newest ``limit`` posts; each cut
-        # is a floor for the walk (graph/timeline_view.py), and crossing one widens the read.
+        # is a floor for the walk (graph/timelines/view.py), and crossing one widens the read.
         window: int | None = 2 * limit if cursor is None else None
         trimmed = len(delivered) >= self._cap  # full: maybe trimmed (see ``displaced``)
         while True:

@@ -1,6 +1,6 @@
 """Follower and following lists: sharded token sets behind an index item (the seeds' large lists).
 
-Layout of one list (``P`` = ``{ns}|{fl|fg}|{user}``, see graph/keys.py)::
+Layout of one list (``P`` = ``{ns}|{fl|fg}|{user}``, see graph/model/keys.py)::
 
     P              index:  "{gen} +j +0 +1 +7f3a0c "   the head: committed through the fence
     P|{gen}|{s}    shard:  "+a#1f +b#20 -a#31 "        ADDed, then grown with APPEND
@@ -8,7 +8,7 @@ Layout of one list (``P`` = ``{ns}|{fl|fg}|{user}``, see graph/keys.py)::
 
 A rebuild claims the head with ``"{gen}~ +j "`` (journal shard ``j``, where writes land during
 the build), writes shards ``0..k`` from the store and commits ``"{gen} +j +0 .. +k "``
-(graph/fencing.py). Writers append to the newest shard named by the head.
+(graph/lists/fencing.py). Writers append to the newest shard named by the head.
 
 **Rollover** is fenced too: a writer ADDs a shard under a fresh random name holding its tokens,
 then CASes the index to name it. A writer whose view of the index is stale loses the CAS and
@@ -17,7 +17,7 @@ empty behind a head that still names it (that would lose its tokens with every n
 present). A head always names shards that were created, so a missing one is always an
 eviction, answered by dropping the list (only if its head is unchanged) and rebuilding it.
 
-**Compaction** rewrites shards with CAS keeping only deciding tokens (graph/tokens.py) and
+**Compaction** rewrites shards with CAS keeping only deciding tokens (graph/lists/tokens.py) and
 shrinks the newest shard's counter by what it removed, so churn among a few members never rolls
 a list over; a list whose shards hold far less than they could is dropped and rebuilt compact.
 """
@@ -28,12 +28,13 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from graph import fencing
-from graph.cache import Item, Outcome, keep_ttl
-from graph.fencing import Index
-from graph.keys import ListRef, counter_key, shard_key
-from graph.lists import Pending, Snapshot, TokenLists
-from graph.tokens import CorruptList, compact_shards, decode, encode_members, split_tokens
+from graph.lists import fencing
+from graph.lists.fencing import Index
+from graph.lists.token_lists import Pending, TokenLists
+from graph.lists.tokens import CorruptList, compact_shards, decode, encode_members, split_tokens
+from graph.model.edges import Snapshot
+from graph.model.keys import ListRef, counter_key, shard_key
+from memcache.cluster import Item, Outcome, keep_ttl
 
 # A list whose shards could hold its live tokens in half as many is rebuilt compact.
 MIN_SHARDS_TO_REPACK = 4
@@ -181,7 +182,7 @@ class ListStore(TokenLists):
 
         The caller must have read each shard no earlier than a moment at which the head held
         the value in ``found`` (after it, as ``read_many`` does, or in the same batch with a
-        head value it had seen before: graph/timeline_fetch.py says why that is the same).
+        head value it had seen before: graph/timelines/fetch.py says why that is the same).
         ``key``: the list's head key."""
         head = found.get(key)
         if head is None:

@@ -16,8 +16,8 @@ read here is the item the blocking client would have read.
 **Unchanged replies are not parsed.** A caller may pass the replies an earlier call with the
 same keys got (``gets_replies``): a server's replies that begin with exactly those bytes are
 taken whole, in one comparison, and the caller is told they are the same (the page memo,
-graph/page_memo.py, answers from that). Parsing is deterministic on the bytes, so bytes equal
-to a whole earlier reply sequence end where it ended and say what it said. The comparison is
+graph/timelines/page_memo.py, answers from that). Parsing is deterministic on the bytes, so bytes
+equal to a whole earlier reply sequence end where it ended and say what it said. The comparison is
 made only at the start of a part's replies, never on a part already half parsed.
 
 **Failures.** A connection that closes, answers out of protocol, or leaves its oldest request
@@ -39,8 +39,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from graph.cache import RendezvousRing
-from graph.memcache_pipe import CacheUnavailable, Item, meta_get_pipeline, take_values
+from memcache.cluster import RendezvousRing
+from memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
 # Keys held by remembered multi-GET plans (keys per server, and their commands: a warm read asks
 # for the same keys of a user every time). A plan holds its keys and their meta gets: 110-250

@@ -21,19 +21,19 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
-from graph.edges import (
+from graph.model.edges import (
     EdgeChange,
     EdgeCounts,
     EdgeState,
     PostRecord,
     RemovedUser,
-    StoreQueries,
+    Snapshot,
     known,
     newest_first,
     prepare,
 )
-from graph.keys import ListKind, ListRef
-from graph.lists import Snapshot
+from graph.model.keys import ListKind, ListRef
+from graph.stores.queries import StoreQueries
 
 DUPLICATE_KEY = 11000
 FollowingMode = Literal["index", "collection"]

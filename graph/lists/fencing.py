@@ -30,8 +30,9 @@ lease that expires, a server that restarts, an evicted marker: all are "the head
 all make the commit fail rather than commit without a write. Nothing here depends on time except
 liveness (a crashed rebuilder's marker expires after ``LEASE_S``).
 
-What the fence does not cover, tokens do (graph/tokens.py): a token appended *late* (a zombie, a
-replay, a consumer of another partition) is ordered by its position, not by when it landed, and
+What the fence does not cover, tokens do (graph/lists/tokens.py): a token appended *late* (a
+zombie, a replay, a consumer of another partition) is ordered by its position, not by when it
+landed, and
 the graph applier confirms every addition against the store after appending it
 (consumers/graph_apply.py), so an addition that lost to a newer removal is answered by that
 removal's token in whatever generation is current.
@@ -45,8 +46,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from graph.cache import MemcacheCluster, Outcome
-from graph.tokens import CorruptList
+from graph.lists.tokens import CorruptList
+from memcache.cluster import MemcacheCluster, Outcome
 
 # A claim lives this long unless committed: the bound on how long a crashed rebuild blocks
 # nobody (writers never wait) and how long readers wait before reading the store themselves.
