@@ -15,6 +15,7 @@ from fanout import gc_policy, wiring
 from fanout.sandbox import sandbox
 from fanout.settings import Settings
 from graph import ListKind, ListRef
+from memcache import MemcacheCluster
 
 SIZES = [10_000, 100_000, 1_000_000]
 QUICK = [2_000]
@@ -76,10 +77,10 @@ def _one(s: Settings, n: int) -> Row:
     fanout_s = finished[0] - published
 
     keys = [timelines.index_key(r) + b":raw" for r in refs]  # same spread, own items
-    pipelined(follow_lists.cache, b"add", dict.fromkeys(keys, b""))
-    raw_s = pipelined(
-        follow_lists.cache, b"append", dict.fromkeys(keys, b"+0001700000000000/author/p1 ")
-    )
+    cluster = MemcacheCluster(s.memcached_servers)
+    pipelined(cluster, b"add", dict.fromkeys(keys, b""))
+    raw_s = pipelined(cluster, b"append", dict.fromkeys(keys, b"+0001700000000000/author/p1 "))
+    cluster.close()
     return {
         "followers": n,
         "build_s": round(build_s, 2),

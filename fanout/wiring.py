@@ -19,8 +19,8 @@ from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.fetch import ReadMemory
 from graph.timelines.page_memo import PageMemo
 from graph.timelines.reader import TimelineReader, TimelineSource
-from graph.timelines.warm_reads import ReplayCache, WarmReads, offline_store
-from memcache import MemcacheCluster
+from graph.timelines.warm_reads import OfflineStore, ReplayCache, WarmReads
+from memcache import Cache, MemcacheCluster
 from producers import EventPublisher, InternalPublisher
 
 
@@ -44,15 +44,13 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
     )
 
 
-def list_store(
-    settings: Settings, store: EdgeStore, cache: MemcacheCluster | None = None
-) -> ListStore:
+def list_store(settings: Settings, store: EdgeStore, cache: Cache | None = None) -> ListStore:
     """Follower and following lists (on a cluster of their own unless ``cache`` is given)."""
     cache = cache or MemcacheCluster(settings.memcached_servers)
     return ListStore(cache, store, _list_settings(settings))
 
 
-def timeline_store(settings: Settings, store: EdgeStore, cache: MemcacheCluster) -> CappedListStore:
+def timeline_store(settings: Settings, store: EdgeStore, cache: Cache) -> CappedListStore:
     source = TimelineSource(store, settings.timeline_max)
     return CappedListStore(cache, source, _list_settings(settings, cap=settings.timeline_max))
 
@@ -73,7 +71,7 @@ def timeline_reader(
     settings: Settings,
     store: EdgeStore,
     memory: ReadMemory | None = None,
-    cache: MemcacheCluster | None = None,
+    cache: Cache | None = None,
 ) -> TimelineReader:
     """``memory``: shared by the readers of one process's threads (graph/timelines/fetch.py)."""
     follow_lists = list_store(settings, store, cache)
@@ -88,8 +86,8 @@ def warm_reads(settings: Settings, memory: ReadMemory, memo_bytes: int = 0) -> W
     """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory`` with the
     process's blocking readers; ``memo_bytes`` of rendered pages (graph/timelines/page_memo.py)."""
     servers = settings.memcached_servers
-    replay = ReplayCache(servers)
-    reader = timeline_reader(settings, offline_store(), memory, replay)
+    replay = ReplayCache()
+    reader = timeline_reader(settings, OfflineStore(), memory, replay)
     return WarmReads(reader, replay, servers, PageMemo(memo_bytes) if memo_bytes else None)
 
 

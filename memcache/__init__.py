@@ -7,6 +7,15 @@ and a server that cannot be reached is `CacheUnavailable`, never a miss.
 """
 
 from memcache.cluster import MemcacheCluster, keep_ttl
+from memcache.interface import Cache
 from memcache.wire import NOT_READ, CacheUnavailable, Item, Outcome
 
-__all__ = ["NOT_READ", "CacheUnavailable", "Item", "MemcacheCluster", "Outcome", "keep_ttl"]
+__all__ = [
+    "NOT_READ",
+    "Cache",
+    "CacheUnavailable",
+    "Item",
+    "MemcacheCluster",
+    "Outcome",
+    "keep_ttl",
+]

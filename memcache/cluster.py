@@ -7,9 +7,8 @@ same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a
 not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
 
 Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
-memcache/wire.py for why); FLUSH through pymemcache. Invariant: every exchange with a
-server goes through ``_pipelined`` or ``_call`` (graph/timelines/warm_reads.py's ``ReplayCache``
-overrides exactly those two to refuse I/O on an event loop).
+memcache/wire.py for why); FLUSH through pymemcache. It implements
+``memcache.interface.Cache``, the Protocol the layers above are written against.
 """
 
 from __future__ import annotations

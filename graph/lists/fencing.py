@@ -47,7 +47,8 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from graph.lists.tokens import CorruptList
-from memcache.cluster import MemcacheCluster, Outcome
+from memcache import Outcome
+from memcache.interface import Cache
 
 # A claim lives this long unless committed: the bound on how long a crashed rebuild blocks
 # nobody (writers never wait) and how long readers wait before reading the store themselves.
@@ -118,14 +119,14 @@ def timeline_building(value: bytes) -> bool:
     return value.startswith(BUILDING)
 
 
-def claim(cache: MemcacheCluster, markers: Mapping[bytes, bytes]) -> set[bytes]:
+def claim(cache: Cache, markers: Mapping[bytes, bytes]) -> set[bytes]:
     """Step 1: ADD each head's marker; the heads this client now builds."""
     added = cache.add_many(markers, expire=LEASE_S)
     return {key for key, outcome in added.items() if outcome is Outcome.STORED}
 
 
 def commit(
-    cache: MemcacheCluster,
+    cache: Cache,
     finishing: Mapping[bytes, Callable[[bytes], bytes | None]],
     expire: Mapping[bytes, int],
 ) -> set[bytes]:
@@ -150,14 +151,14 @@ def commit(
     return done
 
 
-def invalidate(cache: MemcacheCluster, heads: list[bytes]) -> None:
+def invalidate(cache: Cache, heads: list[bytes]) -> None:
     """Drop lists outright (their store state changed in a way tokens do not express): breaks
     any claim in flight, so no rebuild that read the store earlier can commit."""
     if heads:
         cache.delete_many(heads)
 
 
-def drop_if_unchanged(cache: MemcacheCluster, heads: Mapping[bytes, bytes]) -> None:
+def drop_if_unchanged(cache: Cache, heads: Mapping[bytes, bytes]) -> None:
     """Drop lists found broken (a missing shard, corrupt bytes), each only if its head is still
     the one read (CAS id): a reader with an old view must not drop a newer, good generation."""
     if heads:

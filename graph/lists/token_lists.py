@@ -24,7 +24,7 @@ from graph.lists import fencing
 from graph.lists.tokens import DecodedList, encode, split_tokens
 from graph.model.edges import Snapshot
 from graph.model.keys import KeySpace, ListRef
-from memcache.cluster import MemcacheCluster
+from memcache.interface import Cache
 
 __all__ = [
     "ListSettings",
@@ -94,7 +94,7 @@ class Pending:
 class TokenLists(abc.ABC):
     def __init__(
         self,
-        cache: MemcacheCluster,
+        cache: Cache,
         source: MemberSource,
         settings: ListSettings | None = None,
         rng: random.Random | None = None,

@@ -45,7 +45,8 @@ from typing import NamedTuple
 from graph.model.edges import EdgeStore
 from graph.model.keys import KeySpace
 from graph.timelines.entries import TimelineEntry
-from memcache.cluster import Item, MemcacheCluster, Outcome
+from memcache import Item, Outcome
+from memcache.interface import Cache
 
 DEFAULT_TTL_S = 5
 log = logging.getLogger("fanout.celebrities")
@@ -72,7 +73,7 @@ def _names(raw: bytes) -> frozenset[str] | None:
 class CelebrityPosts:
     def __init__(
         self,
-        cache: MemcacheCluster,
+        cache: Cache,
         store: EdgeStore,
         keys: KeySpace,
         cap: int,

@@ -30,15 +30,16 @@ so the loop's reader and its record are never used by two reads at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, NoReturn, cast
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import NoReturn
 
-from graph.model.edges import EdgeStore
+from graph.model.edges import EdgeChange, PostRecord
+from graph.model.keys import ListRef
 from graph.timelines.fetch import Remembered
 from graph.timelines.page_memo import PageKey, PageMemo
 from graph.timelines.reader import BadCursor, TimelinePage, TimelineReader
+from memcache import Item
 from memcache.async_cluster import AsyncMemcache
-from memcache.cluster import Item, MemcacheCluster
 
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
 # after its head), then celebrities it follows that were not remembered.
@@ -54,17 +55,15 @@ class NotWarm(Exception):
         self.asked = asked
 
 
-class ReplayCache(MemcacheCluster):
-    """The loop's reader's cluster: multi-GETs are answered from a record of earlier ones, in
-    order, and the first one beyond the record raises ``NotWarm`` with its keys (for the caller
-    to read them on the loop and run the read again with a longer record); every other exchange
-    with a server (a write, a delete, a flush: all go through ``_pipelined`` or ``_call``), and
-    a wait for a list being built, raise ``NotWarm``. The read is deterministic given what its
-    multi-GETs return, so a run with a longer record repeats the previous run up to where it
-    stopped."""
+class ReplayCache:
+    """The loop's reader's cache (a ``Cache``): multi-GETs are answered from a record of
+    earlier ones, in order, and the first one beyond the record raises ``NotWarm`` with its keys
+    (for the caller to read them on the loop and run the read again with a longer record);
+    every other exchange with a server (a write, a delete, a counter), and a wait for a list
+    being built, raise ``NotWarm``. The read is deterministic given what its multi-GETs return,
+    so a run with a longer record repeats the previous run up to where it stopped."""
 
-    def __init__(self, servers: Iterable[tuple[str, int]]) -> None:
-        super().__init__(servers)
+    def __init__(self) -> None:
         self._record: list[tuple[list[bytes], dict[bytes, Item]]] = []
         self._next = 0
 
@@ -81,29 +80,113 @@ class ReplayCache(MemcacheCluster):
                 return dict(found)
         raise NotWarm("memcached", asked)
 
+    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        return {key: item.value for key, item in self.gets_many(keys).items()}
+
     def wait(self, seconds: float) -> NoReturn:
         raise NotWarm("a list being built")
 
-    def _pipelined(self, jobs: Any) -> NoReturn:
+    def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> NoReturn:
         raise NotWarm("memcached")
 
-    def _call(self, server: str, method: str, *args: Any) -> NoReturn:
+    def append_many(self, values: Mapping[bytes, bytes]) -> NoReturn:
         raise NotWarm("memcached")
 
+    def append_to_each(self, groups: Sequence[tuple[bytes, Sequence[bytes]]]) -> NoReturn:
+        raise NotWarm("memcached")
 
-class _OfflineStore:
-    """An edge store for the loop's reader: any query raises ``NotWarm``."""
+    def set_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> NoReturn:
+        raise NotWarm("memcached")
 
-    def __getattr__(self, name: str) -> NoReturn:
-        raise NotWarm(f"edge store: {name}")
+    def cas_many(
+        self, values: Mapping[bytes, tuple[bytes, bytes]], expire: int | Mapping[bytes, int] = 0
+    ) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def delete_if_unchanged(self, items: Mapping[bytes, bytes]) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def incr_many(self, deltas: Mapping[bytes, int]) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def decr_many(self, deltas: Mapping[bytes, int]) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def exists_many(self, keys: Iterable[bytes]) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def delete_many(self, keys: Iterable[bytes]) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def versions(self) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def close(self) -> None:
+        """Nothing to close: a replay holds no connection."""
 
 
-def offline_store() -> EdgeStore:
-    return cast(EdgeStore, _OfflineStore())
+class OfflineStore:
+    """The loop's reader's edge store (an ``EdgeStore``): every query raises ``NotWarm``, so a
+    read that needs the store is handed to a request thread."""
+
+    def apply(self, changes: Sequence[EdgeChange]) -> NoReturn:
+        raise NotWarm("edge store: apply")
+
+    def positions(self, edges: Sequence[tuple[str, str]]) -> NoReturn:
+        raise NotWarm("edge store: positions")
+
+    def remove_user(self, user: str, pos: int) -> NoReturn:
+        raise NotWarm("edge store: remove_user")
+
+    def snapshot(self, ref: ListRef) -> NoReturn:
+        raise NotWarm("edge store: snapshot")
+
+    def followers(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> NoReturn:
+        raise NotWarm("edge store: followers")
+
+    def following(
+        self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
+    ) -> NoReturn:
+        raise NotWarm("edge store: following")
+
+    def counts(self, user: str) -> NoReturn:
+        raise NotWarm("edge store: counts")
+
+    def is_following(self, follower: str, followee: str) -> NoReturn:
+        raise NotWarm("edge store: is_following")
+
+    def users(self) -> NoReturn:
+        raise NotWarm("edge store: users")
+
+    def known_users(self, users: Collection[str]) -> NoReturn:
+        raise NotWarm("edge store: known_users")
+
+    def store_posts(self, posts: Sequence[PostRecord]) -> NoReturn:
+        raise NotWarm("edge store: store_posts")
+
+    def recent_posts(self, authors: Collection[str], limit: int) -> NoReturn:
+        raise NotWarm("edge store: recent_posts")
+
+    def add_celebrities(self, users: Iterable[str]) -> NoReturn:
+        raise NotWarm("edge store: add_celebrities")
+
+    def celebrities(self) -> NoReturn:
+        raise NotWarm("edge store: celebrities")
+
+    def all_members(self, ref: ListRef) -> NoReturn:
+        raise NotWarm("edge store: all_members")
+
+    def close(self) -> None:
+        """Nothing to close: no connection is ever opened."""
 
 
 class WarmReads:
-    """``reader``: built on ``replay`` and ``offline_store()``, sharing its ``ReadMemory`` with
+    """``reader``: built on ``replay`` and an ``OfflineStore``, sharing its ``ReadMemory`` with
     the process's blocking readers; ``servers``: the same memcached; ``memo``: rendered pages
     (graph/timelines/page_memo.py), or None."""
 
