@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from graph.lists import fencing
-from graph.lists.token_lists import Pending, TokenLists
+from graph.lists.token_lists import Pending, ReadRound, TokenLists
 from graph.lists.tokens import CorruptList, additions, compact_shards, decode, encode_members
 from graph.model.edges import Snapshot
 from graph.model.keys import ListKind, ListRef
@@ -83,33 +83,31 @@ class CappedListStore(TokenLists):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _read_round(
-        self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
-    ) -> tuple[list[ListRef], list[ListRef], list[ListRef]]:
+    def _read_round(self, refs: list[ListRef]) -> ReadRound:
         keys = dict(zip(refs, self.index_keys(refs), strict=True))
         found = self.cache.gets_many(keys.values())
-        absent: list[ListRef] = []
-        building: list[ListRef] = []
+        read = ReadRound()
         broken: dict[bytes, bytes] = {}
         for ref in refs:
             item = found.get(keys[ref])
             if item is None:
-                absent.append(ref)
+                read.absent.append(ref)
                 continue
             if fencing.timeline_building(item.value):
-                building.append(ref)
+                read.building.append(ref)
                 continue
             try:
                 decoded = decode([item.value])
             except CorruptList:
                 broken[keys[ref]] = item.cas
                 continue
-            result[ref] = decoded.members
+            read.found[ref] = decoded.members
             if self._is_dirty(decoded):
                 self._compact(keys[ref], item)
         fencing.drop_if_unchanged(self.cache, broken)
         self.stats.invalidations += len(broken)
-        return absent, building, [ref for ref in refs if keys[ref] in broken]
+        read.again = [ref for ref in refs if keys[ref] in broken]
+        return read
 
     def fetched(self, item: Item | None) -> list[str] | None:
         """A timeline's members from an item someone else's multi-GET brought, in item order
@@ -123,14 +121,15 @@ class CappedListStore(TokenLists):
             return None
         return members
 
-    def _compact(self, key: bytes, item: Item) -> bool:
+    def _compact(self, key: bytes, item: Item) -> None:
+        """Best effort: a write that won the race survives and the compaction is given up
+        (counted in ``stats``); the next dirty read tries again."""
         (compacted,) = compact_shards([item.value], self.settings.max_members)
         outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))
         if outcome is Outcome.STORED:
             self.stats.compactions += 1
-            return True
-        self.stats.compactions_lost += 1  # a write won the race: it survives, we give up
-        return False
+        else:
+            self.stats.compactions_lost += 1
 
     # -- writes ------------------------------------------------------------------------------
 

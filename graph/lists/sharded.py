@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from graph.lists import fencing
 from graph.lists.fencing import Index
-from graph.lists.token_lists import Pending, TokenLists
+from graph.lists.token_lists import Pending, ReadRound, TokenLists
 from graph.lists.tokens import CorruptList, compact_shards, decode, encode_members, split_tokens
 from graph.model.edges import Snapshot
 from graph.model.keys import ListRef, counter_key, shard_key
@@ -52,6 +52,20 @@ class _Located:
 class _Plan:
     appends: dict[bytes, bytes] = field(default_factory=dict)
     rollovers: list[_Located] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Retries:
+    """What a step of a write round leaves: writes to go round again, and lists to drop (their
+    heads as read, so a newer head is never dropped) whose writes are skipped (the store has
+    them; the next reader rebuilds the list)."""
+
+    again: list[Pending] = field(default_factory=list)
+    broken: dict[ListRef, Item] = field(default_factory=dict)
+
+    def add(self, other: _Retries) -> None:
+        self.again += other.again
+        self.broken.update(other.broken)
 
 
 class ListStore(TokenLists):
@@ -119,19 +133,16 @@ class ListStore(TokenLists):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _read_round(
-        self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
-    ) -> tuple[list[ListRef], list[ListRef], list[ListRef]]:
+    def _read_round(self, refs: list[ListRef]) -> ReadRound:
         keys = dict(zip(refs, self.index_keys(refs), strict=True))
         heads = self.cache.gets_many(keys.values())
-        absent: list[ListRef] = []
-        building: list[ListRef] = []
+        read = ReadRound()
         broken: dict[ListRef, Item] = {}
         indexes: dict[ListRef, Index] = {}
         for ref in refs:
             head = heads.get(keys[ref])
             if head is None:
-                absent.append(ref)
+                read.absent.append(ref)
                 continue
             try:
                 idx = Index.parse(head.value)
@@ -139,7 +150,7 @@ class ListStore(TokenLists):
                 broken[ref] = head
                 continue
             if idx.building:
-                building.append(ref)
+                read.building.append(ref)
             else:
                 indexes[ref] = idx
         shard_keys = {ref: self._shards_of(keys[ref], idx) for ref, idx in indexes.items()}
@@ -153,13 +164,14 @@ class ListStore(TokenLists):
             except CorruptList:
                 broken[ref] = heads[keys[ref]]
                 continue
-            result[ref] = decoded.members
+            read.found[ref] = decoded.members
             if self._is_dirty(decoded):
                 self._compact(ks, [shards[k] for k in ks])
             if self._wasteful(ks, [shards[k] for k in ks], decoded.members):
                 broken[ref] = heads[keys[ref]]  # read fine; dropped so the next read repacks it
         self._drop(keys, broken)
-        return absent, building, [ref for ref in broken if ref not in result]
+        read.again = [ref for ref in broken if ref not in read.found]
+        return read
 
     @staticmethod
     def _shards_of(key: bytes, idx: Index) -> list[bytes]:
@@ -214,27 +226,26 @@ class ListStore(TokenLists):
 
     # -- compaction --------------------------------------------------------------------------
 
-    def _compact(self, keys: list[bytes], shards: list[Item]) -> bool:
+    def _compact(self, keys: list[bytes], shards: list[Item]) -> None:
         """Rewrite shards in order with CAS; give up at the first lost race (see
-        compact_shards). The newest shard's counter shrinks by what its rewrite removed."""
+        compact_shards; counted in ``stats``). The newest shard's counter shrinks by what its
+        rewrite removed."""
         rewritten = compact_shards([s.value for s in shards], self.settings.max_members)
         for key, old, new in zip(keys, shards, rewritten, strict=True):
             if new == old.value:
                 continue
             if self.cache.cas(key, new, old.cas, keep_ttl(old.ttl)) is not Outcome.STORED:
                 self.stats.compactions_lost += 1
-                return False
+                return
         freed = len(shards[-1].value) - len(rewritten[-1])
         if freed > 0:
             self.cache.decr_many({counter_key(keys[-1]): freed})
         self.stats.compactions += 1
-        return True
 
     # -- writes ------------------------------------------------------------------------------
 
     def _write_round(self, pending: list[Pending]) -> list[Pending]:
-        again: list[Pending] = []
-        broken: dict[ListRef, Item] = {}
+        left = _Retries()
         keys = {p.ref: p.key for p in pending}
         heads = self.cache.gets_many(keys.values())
         located: list[_Located] = []
@@ -246,7 +257,7 @@ class ListStore(TokenLists):
             try:
                 idx = Index.parse(head.value)
             except CorruptList:
-                broken[item.ref] = head
+                left.broken[item.ref] = head
                 self._skip(item)  # dropped below: the next reader rebuilds it, write included
                 continue
             newest = shard_key(item.key, idx.gen, idx.shards[-1])
@@ -263,7 +274,7 @@ class ListStore(TokenLists):
                 plan.rollovers.append(at)
             else:
                 plan.appends[at.shard] = at.item.tokens
-        again += self._recount(uncounted, broken)
+        left.add(self._recount(uncounted))
 
         by_shard = {at.shard: at for at in located}
         outcomes = self.cache.append_many(plan.appends)
@@ -276,33 +287,36 @@ class ListStore(TokenLists):
             if full and not at.index.building:
                 plan.rollovers.append(at)  # the shard is full: open a new one
             else:  # evicted (the list is incomplete), or a build's journal full: drop the
-                broken[at.item.ref] = at.head  # list, writers never wait for a build
+                left.broken[at.item.ref] = at.head  # list, writers never wait for a build
                 self._skip(at.item)
-        again += self._roll_over(plan.rollovers, broken)
-        self._drop(keys, broken)
-        return again
+        left.add(self._roll_over(plan.rollovers))
+        self._drop(keys, left.broken)
+        return left.again
 
-    def _recount(self, uncounted: list[_Located], broken: dict[ListRef, Item]) -> list[Pending]:
+    def _recount(self, uncounted: list[_Located]) -> _Retries:
         """Counter evicted: seed it from the shard's real length and go round again. A shard
         gone with its counter is an eviction like any other: the list is dropped (if its head
         is unchanged) and the write skipped, never retried on a shard that cannot come back."""
+        left = _Retries()
         if not uncounted:
-            return []
+            return left
         present = self.cache.get_many([at.shard for at in uncounted])
         seeds = {counter_key(k): b"%d" % len(v) for k, v in present.items()}
         self.cache.add_many(seeds, expire=self.part_expiry())
         for at in uncounted:
             if at.shard not in present:
-                broken[at.item.ref] = at.head
+                left.broken[at.item.ref] = at.head
                 self._skip(at.item)
-        return [at.item for at in uncounted if at.shard in present]
+            else:
+                left.again.append(at.item)
+        return left
 
-    def _roll_over(self, rollovers: list[_Located], broken: dict[ListRef, Item]) -> list[Pending]:
+    def _roll_over(self, rollovers: list[_Located]) -> _Retries:
         """A shard under a fresh name holding the tokens, then the index CAS that names it.
         While a list is being built its journal takes every write (the commit names it)."""
+        left = _Retries()
         if not rollovers:
-            return []
-        again: list[Pending] = []
+            return left
         named: dict[bytes, tuple[_Located, bytes]] = {}
         for at in rollovers:
             name = secrets.token_hex(3).encode("ascii")
@@ -318,11 +332,11 @@ class ListStore(TokenLists):
         shard_of: dict[bytes, bytes] = {}
         for key, (at, name) in named.items():
             if added[key] is Outcome.TOO_LARGE:  # tokens past the item limit: the store has them
-                broken[at.item.ref] = at.head
+                left.broken[at.item.ref] = at.head
                 self._skip(at.item)
                 continue
             if not added[key].ok:  # a name collision: try another
-                again.append(at.item)
+                left.again.append(at.item)
                 continue
             swaps[at.item.key] = (at.head.value + b"+%s " % name, at.head.cas)
             shard_of[at.item.key] = key
@@ -339,12 +353,12 @@ class ListStore(TokenLists):
                 continue
             orphans += [shard_of[head_key], counter_key(shard_of[head_key])]
             if outcome is Outcome.EXISTS:  # the index changed under a stale view: go round
-                again.append(at.item)
+                left.again.append(at.item)
             elif outcome is Outcome.NOT_FOUND:  # the list is gone: the store has the write
                 self._skip(at.item)
             else:  # the index itself is full: drop the list, a rebuild packs it
-                broken[at.item.ref] = at.head
+                left.broken[at.item.ref] = at.head
                 self._skip(at.item)
         if orphans:
             self.cache.delete_many(orphans)
-        return again
+        return left

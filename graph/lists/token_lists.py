@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from graph.lists import fencing
@@ -32,6 +32,7 @@ __all__ = [
     "ListWriteError",
     "MemberSource",
     "Pending",
+    "ReadRound",
     "TokenLists",
 ]
 
@@ -41,6 +42,18 @@ MAX_WRITE_ATTEMPTS = 8
 BUILD_WAIT_ROUNDS = 50
 BUILD_WAIT_S = 0.01
 T = TypeVar("T")
+
+
+@dataclass
+class ReadRound:
+    """What one pass over the cache found: the members of every list it could read, the lists
+    absent (to build from the source), those another client is building (to wait for), and
+    those to read again (found broken and dropped)."""
+
+    found: dict[ListRef, frozenset[str]] = field(default_factory=dict)
+    absent: list[ListRef] = field(default_factory=list)
+    building: list[ListRef] = field(default_factory=list)
+    again: list[ListRef] = field(default_factory=list)
 
 
 class MemberSource(Protocol):
@@ -168,11 +181,13 @@ class TokenLists(abc.ABC):
         for attempt in range(BUILD_WAIT_ROUNDS + MAX_WRITE_ATTEMPTS):
             if not todo:
                 return result
-            absent, building, again = self._read_round(todo, result)
-            built = self.rebuild_many(absent)
+            read = self._read_round(todo)
+            result.update(read.found)
+            built = self.rebuild_many(read.absent)
             result.update({ref: members for ref, members in built.items() if members is not None})
-            todo = [ref for ref, members in built.items() if members is None] + again + building
-            if building:
+            todo = [ref for ref, members in built.items() if members is None]
+            todo += read.again + read.building
+            if read.building:
                 self.stats.build_waits += 1
                 if attempt >= BUILD_WAIT_ROUNDS:
                     break
@@ -187,9 +202,7 @@ class TokenLists(abc.ABC):
     def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
         """What the cache holds for each list that is cached and not being built; nothing is
         rebuilt (anti-entropy compares this with the store)."""
-        result: dict[ListRef, frozenset[str]] = {}
-        self._read_round(list(dict.fromkeys(refs)), result)
-        return result
+        return self._read_round(list(dict.fromkeys(refs))).found
 
     def _pause(self) -> None:
         self.cache.wait(BUILD_WAIT_S)
@@ -268,11 +281,8 @@ class TokenLists(abc.ABC):
         heads committed."""
 
     @abc.abstractmethod
-    def _read_round(
-        self, refs: list[ListRef], result: dict[ListRef, frozenset[str]]
-    ) -> tuple[list[ListRef], list[ListRef], list[ListRef]]:
-        """Read what can be read into ``result``; return the lists found absent, those being
-        built by another client, and those to read again."""
+    def _read_round(self, refs: list[ListRef]) -> ReadRound:
+        """One pass over the cache for ``refs`` (see ``ReadRound``)."""
 
     @abc.abstractmethod
     def _write_round(self, pending: list[Pending]) -> list[Pending]:
