@@ -32,7 +32,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
+
+from confluent_kafka import Message
 
 from consumers.assignment_watch import AssignmentWatch
 from consumers.dead_letter import DeadLetters
@@ -54,9 +56,10 @@ class Applier(Protocol):
         """The event classes this applier takes; others are dead-lettered."""
         ...
 
-    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> Any:
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> object:
         """Apply the batch in bounded steps, calling ``pulse()`` between them
-        (consumers/pulse.py)."""
+        (consumers/pulse.py). The loop judges an apply by whether it raised; what it returns
+        is the applier's own account, for callers that drive it directly."""
         ...
 
 
@@ -75,12 +78,23 @@ class LoopStats:
 
 @dataclass(frozen=True, slots=True)
 class BatchReport:
-    messages: list[Any]  # confluent_kafka Messages, all committed
+    messages: list[Message]  # all committed
     applied: list[Positioned]
     dead_lettered: int
     seconds: float
     rejected: int = 0
     apply_failed: int = 0
+
+
+@dataclass
+class _Trial:
+    """One batch applied: the dead-letter budget counted on a copy (adopted once the batch is
+    through, so a retried batch is never counted twice), the events applied and those that
+    failed alone."""
+
+    budget: DlqBudget
+    applied: list[Positioned]
+    failed: list[Rejected]
 
 
 class Stopped(BaseException):
@@ -100,7 +114,7 @@ class Abandoned(BaseException):
 class _Uncommitted:
     """Handled, not yet committed: one batch, or the batches of a failure streak held back."""
 
-    messages: list[Any] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     applied: list[Positioned] = field(default_factory=list)
     rejected: int = 0
     failed: list[Rejected] = field(default_factory=list)  # dead-lettered just before the commit
@@ -173,7 +187,7 @@ class ConsumeLoop:
                 "member (FANOUT_INSTANCE_ID) that exited may be holding it up"
             )
 
-    def _handle(self, messages: list[Any]) -> None:
+    def _handle(self, messages: list[Message]) -> None:
         started = time.monotonic()
         batch = self._pending or _Uncommitted()
         self._pending = None
@@ -188,14 +202,14 @@ class ConsumeLoop:
             else:
                 good.append(decoded)
         try:
-            budget, applied, failed = self._retrying(lambda: self._apply(good))
-            self.budget = budget
+            trial = self._retrying(lambda: self._apply(good))
+            self.budget = trial.budget
             batch.messages += messages
-            batch.applied += applied
+            batch.applied += trial.applied
             batch.rejected += rejected
-            batch.failed += failed
+            batch.failed += trial.failed
             batch.seconds += time.monotonic() - started
-            if budget.streak:  # the last events failed: judge them once a later event applies
+            if trial.budget.streak:  # the last events failed: judge them once a later event applies
                 self._pending = batch
                 return
             self._commit(batch)
@@ -212,14 +226,12 @@ class ConsumeLoop:
             found = self._accepted[topic] = own
         return found
 
-    def _apply(self, batch: list[Positioned]) -> tuple[DlqBudget, list[Positioned], list[Rejected]]:
-        """Apply a batch; on a poison suspect, each event alone. Returns the outcomes counted
-        on a copy of the budget, which the caller adopts once the batch is through (a retried
-        batch is never counted twice), the applied events and the failed ones. Transient and
-        permanent failures propagate to ``_retrying``."""
-        trial = self.budget.copy()
+    def _apply(self, batch: list[Positioned]) -> _Trial:
+        """Apply a batch; on a poison suspect, each event alone. Transient and permanent
+        failures propagate to ``_retrying``."""
+        trial = _Trial(self.budget.copy(), [], [])
         if not batch:
-            return trial, [], []
+            return trial
         try:
             self.applier.apply(batch, self._pulse)
         except Exception as exc:
@@ -229,10 +241,9 @@ class ConsumeLoop:
                 "batch failed (%s: %s); applying its events one at a time", type(exc).__name__, exc
             )
         else:
-            trial.applied(len(batch))
-            return trial, batch, []
-        applied: list[Positioned] = []
-        failed: list[Rejected] = []
+            trial.budget.applied(len(batch))
+            trial.applied = batch
+            return trial
         for item in batch:
             try:
                 self.applier.apply([item], self._pulse)
@@ -240,35 +251,45 @@ class ConsumeLoop:
                 if classify(exc) is not Failure.POISON:
                     raise
                 reason = f"apply failed: {type(exc).__name__}: {exc}"
-                failed.append(Rejected(reason, item.origin, item.raw))
+                trial.failed.append(Rejected(reason, item.origin, item.raw))
                 try:
-                    trial.failed()
+                    trial.budget.failed()
                 except DlqLimitExceeded as halt:
                     raise halt from exc
             else:
-                trial.applied()
-                applied.append(item)
-        return trial, applied, failed
+                trial.budget.applied()
+                trial.applied.append(item)
+        return trial
 
     def _commit(self, batch: _Uncommitted) -> None:
-        """Dead-letter the batch's apply failures, confirm every dead letter, commit."""
+        """Dead-letter the batch's apply failures, confirm every dead letter, commit, report."""
         self._pending = None
         for rejected in batch.failed:
             self.dead_letters.send(rejected)
         self._retrying(self.dead_letters.confirm)
+        committed = self._commit_offsets(batch.messages)
+        self.source.hold([])
+        if committed:
+            self._report(batch)
+
+    def _commit_offsets(self, messages: list[Message]) -> bool:
+        """False when the group has moved on: the partitions' new owner consumes the messages
+        again from the last commit, so the refusal is dropped, never retried."""
         try:
-            self._retrying(lambda: self.source.commit(batch.messages))
+            self._retrying(lambda: self.source.commit(messages))
         except CommitRejected as exc:
             self.stats.commits_rejected += 1
-            self.source.hold([])
             log.warning(
                 "commit refused, the group has rebalanced (%s): %d messages will be consumed "
                 "again by their partitions' new owner",
                 exc,
-                len(batch.messages),
+                len(messages),
             )
-            return
-        self.source.hold([])
+            return False
+        return True
+
+    def _report(self, batch: _Uncommitted) -> None:
+        """A committed batch: to the observers, the stats and the log."""
         dead = batch.rejected + len(batch.failed)
         report = BatchReport(
             batch.messages,

@@ -14,7 +14,8 @@ applied, a wrong-keyed unfollow could overtake the follow it undoes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from confluent_kafka import Message
 
 from schemas import AnyEvent, EventDecodeError, decode_event, partition_key
 from schemas.events import KEY_FIELDS
@@ -28,6 +29,14 @@ class Origin:
     partition: int
     offset: int
     key: bytes | None
+
+    @classmethod
+    def of(cls, msg: Message) -> Origin:
+        """Where a consumed message came from. The client's types allow None for each, which
+        only error events have; the source never hands those over (consumers/kafka_source.py)."""
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        assert topic is not None and partition is not None and offset is not None, msg.error()
+        return cls(topic, partition, offset, msg.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +58,9 @@ def position(ts_ms: int, offset: int) -> int:
     return (ts_ms << OFFSET_BITS) | (offset & ((1 << OFFSET_BITS) - 1))
 
 
-def decode_message(msg: Any, accepted: tuple[type, ...]) -> Positioned | Rejected:
-    """``msg`` is a confluent_kafka Message; ``accepted`` the event classes this consumer takes."""
-    origin = Origin(msg.topic(), msg.partition(), msg.offset(), msg.key())
+def decode_message(msg: Message, accepted: tuple[type, ...]) -> Positioned | Rejected:
+    """``accepted``: the event classes this consumer takes."""
+    origin = Origin.of(msg)
     value: bytes | None = msg.value()
     try:
         event = decode_event(value)

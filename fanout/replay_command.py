@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from consumers.loop import BatchReport
+from consumers.positions import Origin
 from consumers.replay import FromBeginning, FromOffsets, FromTime, ReplayStart, resolve
 from fanout import gc_policy, wiring
 from fanout.settings import Settings
@@ -57,9 +58,9 @@ def run_replay(
         first = {s.partition: s.offset for s in starts}
 
         def advance(report: BatchReport) -> None:
-            for msg in report.messages:
-                done = msg.offset() + 1 - first[msg.partition()]
-                task = bars[msg.partition()]
+            for origin in map(Origin.of, report.messages):
+                done = origin.offset + 1 - first[origin.partition]
+                task = bars[origin.partition]
                 total = max(progress.tasks[task].total or 0, done)
                 progress.update(task, completed=done, total=total)
 
