@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench/results")
     p.set_defaults(run=cmd_bench)
 
-    p = sub.add_parser("serve", help="the HTTP API (README: HTTP API)")
+    p = sub.add_parser("serve", help="the HTTP API (docs/http-api.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workers", type=int, default=1)

@@ -4,7 +4,7 @@ fields and their descriptions.
 
 A topic prefix other than the default isolates a run: unless set explicitly, its cache namespace,
 consumer group and embedded edge-store file are derived from the prefix, so two runs under one
-``FANOUT_HOME`` share only the servers. The default prefix keeps the historic names.
+``FANOUT_HOME`` share only the servers. The default prefix keeps the plain names.
 """
 
 from __future__ import annotations
