@@ -1,5 +1,5 @@
 """The API's own settings (``FANOUT_API_*``), beside the stack's (fanout/settings.py), which the
-CLI reads to wire the backends. Every field is listed in the README's "HTTP API" section."""
+CLI reads to wire the backends. docs/configuration.md is generated from the fields."""
 
 from __future__ import annotations
 
@@ -24,10 +24,15 @@ class ApiSettings(BaseSettings):
         None, description="when set, a token's iss must equal it (tokens without iss refused)"
     )
     private_lists: bool = Field(
-        False, description="follower/following lists need a valid token (public by default)"
+        False,
+        description="follower/following lists, the point query and /v1/stats need a valid token",
     )
     threads: int = Field(
-        8, ge=1, le=64, description="threads per process running store and cache calls"
+        8,
+        ge=1,
+        le=64,
+        description="threads per process running store and cache calls (each owns its "
+        "connections); warm timeline reads do not use them",
     )
     retry_after_s: int = Field(
         2, ge=1, le=3600, description="Retry-After of a 503 (memcached or the store unreachable)"

@@ -1,5 +1,5 @@
-"""4. Contended unfollow (the seeds' claim): 8 writers following and unfollowing on one hot
-list, tombstone APPENDs versus the gets/cas retry loop."""
+"""4. Contended unfollow (the Membase manual's claim): 8 writers following and unfollowing on one
+hot list, tombstone APPENDs versus the gets/cas retry loop."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ timeline item plus 50 entries, through the same client.
 
 The machine is shared and its speed drifts by 2x within seconds, so reads and GETs are timed in
 alternating blocks (20 reads, one per user, then 20 GETs), and the ratio rows state the goal
-each ratio is held to (issue #13: p50 <= 3x a plain GET, <= 5x for celebrity followers).
+each ratio is held to (p50 <= 3x a plain GET, <= 5x for celebrity followers).
 Also counted: edge-store queries per read (none when warm).
 
 The same users are then read the way ``fanout serve`` reads them: on an event loop

@@ -19,7 +19,7 @@ log = logging.getLogger("fanout.consumer")
 HOW_TO = (
     "a static member (FANOUT_INSTANCE_ID) that exited without leaving holds the rebalance up "
     "until its session times out (never, on the dev broker): restart it with the same "
-    "FANOUT_INSTANCE_ID (README: Operating it)"
+    "FANOUT_INSTANCE_ID (docs/operations.md)"
 )
 
 

@@ -34,7 +34,7 @@ from producers import InternalPublisher, PublishError
 from schemas import FanoutTask, Post
 
 FANOUT_EVENTS = (Post, FanoutTask)
-# Steps between pulses, each a fraction of a second at the measured rates (README Performance).
+# Steps between pulses, each a fraction of a second at the measured rates (docs/performance.md).
 AUTHORS_PER_READ = 250  # follower lists per multi-GET (each up to chunk_size members)
 APPENDS_PER_WAVE = 50_000  # timeline appends per pipelined wave
 Delivery = tuple[bytes, Sequence[str]]  # a timeline token and the followers it goes to

@@ -29,6 +29,6 @@ class PermanentFailure(ConsumerHalted):
 
 class StuckWithoutAssignment(ConsumerHalted):
     """``--until-idle`` waited longer than the bound for a partition assignment that never came:
-    the group's rebalance is not completing (see README, Operating it)."""
+    the group's rebalance is not completing (see docs/operations.md, Rebalances)."""
 
     exit_code = 5

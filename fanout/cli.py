@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verify_command.add_parser(sub)
     p.set_defaults(run=lambda args, settings: verify_command.cmd_verify(args, settings, console))
 
-    p = sub.add_parser("serve", help="the HTTP API (README: HTTP API)")
+    p = sub.add_parser("serve", help="the HTTP API (docs/http-api.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workers", type=int, default=1)

@@ -21,7 +21,7 @@ DESCRIPTION = (
     "repair the cache."
 )
 EPILOG = (
-    "Settings come from FANOUT_* environment variables (README: Settings). An id that starts "
+    "Settings come from FANOUT_* environment variables (docs/configuration.md). An id that starts "
     "with '-' goes after '--', e.g. fanout followers -- -lead; fanout publish follow -- -a -b."
 )
 _SHORT_OPTIONS = {"-h", "-v"}

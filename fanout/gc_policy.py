@@ -32,11 +32,11 @@ SERVING_THRESHOLDS = (10_000, 10, 100)
 def tune_for_serving() -> None:
     """For a ``fanout serve`` worker, once its app is built. Under load every request's objects
     outlive a few young collections (other requests allocate meanwhile) and reach the oldest
-    generation, so with CPython's thresholds a full collection ran every second or two, each
-    30-60 ms on this machine (it walks every object, imports included), and set the p99 of
-    timeline reads: 45-50 ms at 16 connections, 5-7 ms with this policy (README Performance).
-    What exists once the app is built is frozen out of collections for good (the caches that
-    grow with users hold untracked tuples and bytes), and full collections come rarely."""
+    generation, so with CPython's thresholds a full collection ran every second or two, each 30-60
+    ms on this machine (it walks every object, imports included), and set the p99 of timeline reads:
+    45-50 ms at 16 connections, 5-7 ms with this policy (docs/decisions/gc-policy.md). What exists
+    once the app is built is frozen out of collections for good (the caches that grow with users
+    hold untracked tuples and bytes), and full collections come rarely."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*SERVING_THRESHOLDS)

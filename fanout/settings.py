@@ -1,9 +1,10 @@
 """Settings: environment variables (``FANOUT_*``) override the addresses recorded by
-``fanout stack up``, which override the defaults. Every field is listed in the README table.
+``fanout stack up``, which override the defaults. docs/configuration.md is generated from the
+fields and their descriptions.
 
 A topic prefix other than the default isolates a run: unless set explicitly, its cache namespace,
 consumer group and embedded edge-store file are derived from the prefix, so two runs under one
-``FANOUT_HOME`` share only the servers. The default prefix keeps the historic names.
+``FANOUT_HOME`` share only the servers. The default prefix keeps the plain names.
 """
 
 from __future__ import annotations
@@ -38,26 +39,51 @@ def stack_file() -> Path:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FANOUT_", extra="ignore")
 
-    kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
-    memcached: str = Field("127.0.0.1:11211", description="comma-separated host:port list")
+    kafka: str = Field(
+        "127.0.0.1:9092",
+        description="Kafka bootstrap servers (unset: those recorded by `fanout stack up`)",
+    )
+    memcached: str = Field(
+        "127.0.0.1:11211",
+        description="comma-separated host:port list (unset: those recorded by `fanout stack up`); "
+        "the servers must keep CAS ids on (never `-C`)",
+    )
     # URLs and client settings may carry credentials: kept out of reprs (and so out of logs).
-    edge_store: str = Field("", description="sqlite:///PATH or mongodb:// URL", repr=False)
+    edge_store: str = Field(
+        "",
+        description="`sqlite:///PATH` or a `mongodb://` URL (credentials in the URL, never "
+        "logged); empty: `sqlite:///$FANOUT_HOME/edges.db` (`edges-PREFIX.db` under another "
+        "topic prefix)",
+        repr=False,
+    )
     mongo_following: Literal["collection", "index"] = Field(
-        "collection", description="MongoDB: separate `following` collection or a reverse index"
+        "collection",
+        description="MongoDB: `collection`, a separate `following` collection; `index`, "
+        "a reverse index on `followers`",
     )
     topic_prefix: str = Field(
-        DEFAULT_TOPIC_PREFIX, description="topics are PREFIX.graph, .posts, .dlq"
+        DEFAULT_TOPIC_PREFIX,
+        description="topics are PREFIX.graph, .posts, .fanout-tasks, .dlq; another prefix than "
+        "the default also gets its own cache namespace, consumer group and SQLite file unless "
+        "those are set",
     )
-    partitions: int = Field(6, ge=1, description="partitions per topic for `topics create`")
+    partitions: int = Field(
+        6, ge=1, description="partitions per topic for `topics create` and `stack up`"
+    )
     replication: int = Field(1, ge=1, description="replication factor for `topics create`")
     kafka_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="extra librdkafka settings as JSON (SASL/TLS); never logged",
+        description="extra librdkafka settings as JSON (SASL/TLS), passed to every producer and "
+        "consumer; never logged",
         repr=False,
     )
-    group: str = Field("fanout", description="consumer group prefix (PREFIX.graph, ...)")
+    group: str = Field(
+        "fanout", description="consumer group prefix (GROUP.graph, GROUP.fanout, GROUP.replay-*)"
+    )
     instance_id: str = Field(
-        "", description="stable id of this consumer process: Kafka static group membership"
+        "",
+        description="stable id of this consumer process (e.g. a pod name): Kafka static "
+        "membership, so a restarted process takes its predecessor's partitions at once",
     )
     batch_size: int = Field(
         1000, ge=1, description="max messages per fan-out consumer batch (posts, tasks)"
@@ -71,53 +97,81 @@ class Settings(BaseSettings):
     max_poll_interval_ms: int = Field(
         10000,
         ge=6000,  # librdkafka: at least session.timeout.ms, which is at least 6 s here
-        description="librdkafka max.poll.interval.ms (rebalance timeout)",
+        description="librdkafka max.poll.interval.ms (rebalance timeout); the session timeout is "
+        "min(45 s, max(6 s, this))",
     )
     # The dead-letter limit (consumers/dlq_limit.py): events that fail to apply, alone, are
     # poison up to these limits and a fault of ours beyond them (the consumer halts).
     dlq_max_consecutive: int = Field(
-        10, ge=0, description="halt after more failed events in a row than this (0: no limit)"
+        10,
+        ge=0,
+        description="the dead-letter limit: halt (exit 3) after more events than this fail to "
+        "apply in a row (0: no limit)",
     )
     dlq_max_ratio: float = Field(
-        0.1, ge=0, le=1, description="halt when more than this share of the window failed"
+        0.1,
+        ge=0,
+        le=1,
+        description="halt (exit 3) when more than this share of the last FANOUT_DLQ_WINDOW "
+        "applied events failed (1: no limit)",
     )
     dlq_window: int = Field(1000, ge=1, description="events the ratio is taken over")
     rebalance_stuck_s: float | None = Field(
         None,
         gt=0,
-        description="--until-idle halts after this long without an assignment "
-        "(default: max(60, 3 session timeouts))",
+        description="`--until-idle` halts (exit 5) after this long without a partition "
+        "assignment (unset: max(60 s, 3 session timeouts))",
     )
     list_shard_bytes: int = Field(
-        64 * 1024, ge=256, le=1000 * 1024, description="roll a list shard over after this size"
+        64 * 1024,
+        ge=256,
+        le=1000 * 1024,
+        description="close a list shard once it passes this size (memcached's item limit is 1 MiB)",
     )
     list_dirty_ratio: float = Field(
         0.5, gt=0, le=1, description="compact when dead tokens exceed this share of tokens"
     )
     list_dirty_min: int = Field(64, ge=0, description="never compact below this many dead tokens")
     list_compact_write_prob: float = Field(
-        0.01, ge=0, le=1, description="chance a writer compacts a list it appended to"
+        0.01,
+        ge=0,
+        le=1,
+        description="chance that a writer reads (and so compacts) a list it appended to",
     )
     cache_prefix: str = Field("tf", description="memcached key namespace")
     # A timeline is one memcached item: 5000 entries of at most ~145 bytes fit the default 1 MiB.
-    timeline_max: int = Field(800, ge=1, le=5000, description="entries kept per home timeline")
+    timeline_max: int = Field(
+        800, ge=1, le=5000, description="entries kept per home timeline (trimmed by compaction)"
+    )
     cache_heal_s: int = Field(
         3600,
         ge=1,
         le=7 * 86400,
-        description="every cached list expires within this (±10%) and is rebuilt from the store",
+        description="every cached list and timeline expires within this (±10%; shards after twice "
+        "this) and is rebuilt from the edge store: how long any divergence can last",
     )
     # Below ~10k followers one consumer delivers a post faster (~20 ms) than a round trip of
     # chunk tasks through Kafka takes (bench/fanout_rate.py); the schema caps a chunk at 10k.
-    chunk_size: int = Field(10_000, ge=1, le=10_000, description="followers per fan-out task chunk")
+    chunk_size: int = Field(
+        10_000,
+        ge=1,
+        le=10_000,
+        description="authors with more followers are fanned out in chunks of this size",
+    )
     celebrity_threshold: int = Field(
-        100_000, ge=0, description="authors with more followers are merged at read time"
+        100_000,
+        ge=0,
+        description="authors with more followers are not fanned out; readers merge their posts",
     )
     # The staleness bound of the cached celebrity posts and celebrity set
     # (graph/timelines/celebrity_posts.py): each expires this long after the store read it was
     # built from.
     celebrity_cache_s: int = Field(
-        5, ge=1, le=3600, description="cached celebrity posts and set expire after this"
+        5,
+        ge=1,
+        le=3600,
+        description="the cached celebrity set and posts expire this long after the store read "
+        "they were built from (a celebrity's post shows within this + 2 s)",
     )
 
     @classmethod

@@ -1,12 +1,12 @@
 """Meta gets from an event loop: the HTTP API's warm timeline reads, without a thread.
 
-A request thread pays for its hop twice (handing the request over, and the GIL it waits for
-after each socket call while the loop holds it), and under load the hops were most of a read's
-latency (README Performance). Here a read is sent from the loop itself on one connection per
-server, shared by every request of the process: each request writes its pipeline of meta gets
-and awaits a future; replies come back in the order the pipelines were written, so the
-connection's reader hands them out in that order. Under load one socket read brings the replies
-of several requests, so a read costs less than one system call per request.
+A request thread pays for its hop twice (handing the request over, and the GIL it waits for after
+each socket call while the loop holds it), and under load the hops were most of a read's latency
+(docs/decisions/event-loop-reads.md). Here a read is sent from the loop itself on one connection per
+server, shared by every request of the process: each request writes its pipeline of meta gets and
+awaits a future; replies come back in the order the pipelines were written, so the connection's
+reader hands them out in that order. Under load one socket read brings the replies of several
+requests, so a read costs less than one system call per request.
 
 Placement is ``MemcacheCluster``'s (the same ``RendezvousRing``), commands are the same meta
 gets (``meta_get_pipeline``, asking for values alone: these reads never write back, so they
@@ -138,8 +138,8 @@ class _Connection(asyncio.Protocol):
     def request(self, payload: bytes, waiting: _Waiting) -> None:
         """Queues ``payload`` (``waiting.count`` meta gets) for the next write. The write
         happens once the loop has run what is ready now: every request of this turn of the loop
-        goes out in one system call (a write cost more than the rest of a warm read, README
-        Performance)."""
+        goes out in one system call (a write cost more than the rest of a warm read,
+        docs/decisions/event-loop-reads.md)."""
         if self.closed:  # lost before this request: nothing would ever answer it
             waiting.call.failed(CacheUnavailable(f"memcached {self.name}: closed"))
             return

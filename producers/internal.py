@@ -5,7 +5,7 @@ The fan-out consumer shares a big author's delivery out as ``fanout_task`` chunk
 therefore cannot publish tasks (``EventPublisher`` refuses them, and the posts topic dead-letters
 one), and this publisher, used only by the consumers, publishes tasks and nothing else: the one
 place an internal event enters Kafka is explicit, and in production it is the only principal
-with WRITE on the task topic (README: Security).
+with WRITE on the task topic (docs/operations.md, Security).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Capped lists (home timelines) in a single item each: the seeds' simple list.
+"""Capped lists (home timelines) in a single item each: the Membase manual's simple list.
 
 A capped list never outgrows one memcached item (800 entries of at most ~145 bytes), so it
 needs no index and no shards: a delivery is one APPEND to ``{ns}|tl|{user}``, pipelined per

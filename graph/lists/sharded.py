@@ -1,4 +1,5 @@
-"""Follower and following lists: sharded token sets behind an index item (the seeds' large lists).
+"""Follower and following lists: sharded token sets behind an index item (the Membase
+manual's large lists).
 
 Layout of one list (``P`` = ``{ns}|{fl|fg}|{user}``, see graph/model/keys.py)::
 

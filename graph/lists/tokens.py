@@ -1,4 +1,5 @@
-"""The seeds' append-only set encoding, with positions: ``+id#pos `` adds, ``-id#pos `` removes.
+"""The append-only set encoding of memcached lists, with positions: ``+id#pos `` adds,
+``-id#pos `` removes (after Sallings's "Maintaining a Set in Memcached" and the Membase manual).
 
 A token carries the position (hex) of the edge-store write it reports, and a member's state is
 its token with the **greatest position** (a removal wins a tie), wherever in the list that token

@@ -93,8 +93,8 @@ class ReadMemory:
     def put(self, user: str, last: Remembered) -> None:
         """An unchanged entry is kept, not replaced: most reads of a warm user find what was
         remembered, and a new object per read would be a long-lived allocation per read, which
-        is what sets off the interpreter's full collections (tens of ms here, README
-        Performance)."""
+        is what sets off the interpreter's full collections (tens of ms here,
+        docs/decisions/gc-policy.md)."""
         with self._lock:
             if self._items.get(user) != last:
                 self._items[user] = last

@@ -1,12 +1,13 @@
 """Rendered timeline pages, remembered against the replies they were read from.
 
-A warm read of an unchanged timeline fetches the same items and walks them to the same page
-every time; the walk and the rendering cost more CPU than the rest of an HTTP request
-(README Performance). So the event loop's reader (graph/timelines/warm_reads.py) keeps, per page
-asked (user, limit, cursor), what it rendered, the remembered read that chose its keys, and the
-replies of its multi-GET exactly as the servers sent them. A later read of the same page still
-sends the multi-GET; when the replies are the same bytes, it returns the rendered body without
-parsing them (memcache/async_cluster.py compares them as they arrive) and without walking.
+A warm read of an unchanged timeline fetches the same items and walks them to the same page every
+time; the walk and the rendering cost more CPU than the rest of an HTTP request
+(docs/decisions/page-memo-compares-replies.md). So the event loop's reader
+(graph/timelines/warm_reads.py) keeps, per page asked (user, limit, cursor), what it rendered, the
+remembered read that chose its keys, and the replies of its multi-GET exactly as the servers sent
+them. A later read of the same page still sends the multi-GET; when the replies are the same bytes,
+it returns the rendered body without parsing them (memcache/async_cluster.py compares them as they
+arrive) and without walking.
 
 **Why the same replies mean the same page.** The keys asked are a function of the user and
 the remembered read. The replies hold every value read, whole, and nothing else (no CAS id,

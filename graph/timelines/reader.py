@@ -100,10 +100,10 @@ class TimelineReader:
     ) -> list[TimelineEntry]:
         """Newest first; ``before`` (from a cursor): only entries older than that one.
 
-        A timeline whose members are not of our own form (bytes corrupted outside: every
-        writer here writes members through ``TimelineEntry``) is dropped and regenerated, as a
-        corrupt list is (README "Broken lists"), and so are the posts items of the celebrities
-        merged into it; found when a read walks the bad member."""
+        A timeline whose members are not of our own form (bytes corrupted outside: every writer here
+        writes members through ``TimelineEntry``) is dropped and regenerated, as a corrupt list is
+        (docs/design/lists.md, "Broken lists"), and so are the posts items of the celebrities merged
+        into it; found when a read walks the bad member."""
         if limit < 1:
             return []
         cursor = None if before is None else before.member

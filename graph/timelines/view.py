@@ -1,6 +1,6 @@
 """What a reader is shown of a timeline, computed on the member strings.
 
-The view (README "Timelines and fan-out"): entries of authors the reader follows now, one per
+The view (docs/design/timelines.md): entries of authors the reader follows now, one per
 post (``(author, post id)``; the newest wins, as in the order ``newest_first`` uses), newest
 first, the first ``cap`` of those; a page is the part of the view older than a cursor, at most
 ``limit`` long. Byte order of members is reader order (graph/timelines/entries.py), so sorting

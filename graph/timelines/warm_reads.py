@@ -1,9 +1,9 @@
 """Timeline reads on an event loop: a page whenever multi-GETs are all it needs.
 
-A read on a request thread pays for the hop twice (handing the request over, and the GIL it
-waits for after each socket call while the loop holds it); under load the hops were most of a
-read's latency and all of its tail (README Performance). Here the multi-GETs are sent from the
-event loop (memcache/async_cluster.py) and the page is walked on the loop.
+A read on a request thread pays for the hop twice (handing the request over, and the GIL it waits
+for after each socket call while the loop holds it); under load the hops were most of a read's
+latency and all of its tail (docs/decisions/event-loop-reads.md). Here the multi-GETs are sent from
+the event loop (memcache/async_cluster.py) and the page is walked on the loop.
 
 **The same code as every other read, never a second version of it.** The checks and the walk
 are ``TimelineFetch.settle`` and ``TimelineReader.page``, run by a reader of the loop's own whose

@@ -4,7 +4,6 @@ memcached is unreachable, a problem (never a traceback) for anything unexpected.
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -129,9 +128,3 @@ def _matches(template: str, path: str) -> bool:
     return len(parts) == len(wanted) and all(
         t.startswith("{") or t == w for t, w in zip(parts, wanted, strict=True)
     )
-
-
-def test_readme_documents_every_api_setting() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    for name in ApiSettings.model_fields:
-        assert f"`FANOUT_API_{name.upper()}`" in readme, name

@@ -1,5 +1,6 @@
-"""The graph applier against real memcached and SQLite: the races issue #12 found, each replayed
-as the interleaving that broke it, with every list cached first so that appends really happen."""
+"""The graph applier against real memcached and SQLite: the races an unfenced design has (see
+docs/testing.md), each replayed as its interleaving, with every list cached first so that appends
+really happen."""
 
 from __future__ import annotations
 
@@ -59,8 +60,9 @@ def appliers(
 def test_a_follow_appended_after_a_removal_and_a_rebuild_does_not_resurrect(
     appliers: tuple[GraphApplier, GraphApplier],
 ) -> None:
-    """Item 3: the follow's consumer writes the store; the removal (another partition) switches
-    the edge off; a reader rebuilds fl:v; then the follow's token is appended."""
+    """A follow racing a removal: the follow's consumer writes the store; the removal (another
+    partition) switches the edge off; a reader rebuilds fl:v; then the follow's token is
+    appended."""
     a, b = appliers
     a.apply([follow("keep", "v", 1)])
     a.lists.read_many([fl("v"), fg("r")])
@@ -76,9 +78,9 @@ def test_a_follow_appended_after_a_removal_and_a_rebuild_does_not_resurrect(
 def test_a_replay_over_live_state_changes_nothing(
     appliers: tuple[GraphApplier, GraphApplier],
 ) -> None:
-    """Item 4: the replay reads an edge as active, the live consumer applies a newer unfollow,
-    then the replay appends its old follow, also across a rebuild in between (the zombie
-    consumer is the same mechanism)."""
+    """A replay or a zombie: the replay reads an edge as active, the live consumer applies a newer
+    unfollow, then the replay appends its old follow, also across a rebuild in between (the
+    zombie consumer is the same mechanism)."""
     live, replay = appliers
     live.apply([follow("u", "v", 10), follow("w", "v", 11)])
     live.lists.read_many([fl("v"), fg("u")])
@@ -97,7 +99,7 @@ def test_a_replay_over_live_state_changes_nothing(
 
 @pytest.mark.parametrize("how", ["retry after the store step", "redelivery after a crash"])
 def test_user_removed_is_idempotent(appliers: tuple[GraphApplier, GraphApplier], how: str) -> None:
-    """Item 5: a second attempt must still find the neighbours the first switched off."""
+    """A second attempt must still find the neighbours the first switched off."""
     a, _ = appliers
     a.apply([follow("r", "v1", 1), follow("r", "v2", 2), follow("f1", "r", 3)])
     refs = [fl("v1"), fl("v2"), fg("f1"), fg("r"), fl("r")]
@@ -120,7 +122,7 @@ def test_user_removed_is_idempotent(appliers: tuple[GraphApplier, GraphApplier],
 def test_a_removal_costs_a_celebrity_list_one_token_not_a_rebuild(
     appliers: tuple[GraphApplier, GraphApplier],
 ) -> None:
-    """Item 11: neighbours' lists get ``-user``; only the removed user's own lists are dropped."""
+    """Neighbours' lists get ``-user``; only the removed user's own lists are dropped."""
     a, _ = appliers
     fans = [f"fan{i}" for i in range(200)]
     a.apply([follow(f, "celeb", i) for i, f in enumerate(fans)])

@@ -777,7 +777,7 @@ class _Forensics:
     appended and is gone lost its shard to a re-ADD (7). No token: the rebuild's own content is
     wrong, because the store changed while it was in flight and either an invalidation came
     before its commit (1) or its claim vanished so the writer skipped it (2). The numbers are
-    the old-code findings of tests/explore/FINDINGS.md; the fenced design rules each out."""
+    the rows of the mechanism table in docs/testing.md; the fenced design rules each out."""
 
     def __init__(self, namespace: str, steps: Sequence[Step], events: Sequence[Event]) -> None:
         self.ns = namespace

@@ -7,9 +7,9 @@ adapter.py, against the real memcached servers of the test stack and a real SQLi
 every actor has finished, one more read of every list must give exactly what the edge store
 holds, and the edge store must hold exactly what the events say (tests/explore/model.py).
 
-Why random schedules and not hand-written interleavings: the known races were each found by a
-reviewer imagining one interleaving; the explorer should find them, and the ones nobody imagined,
-by itself, and keep finding them until the design fences them.
+Why random schedules and not hand-written interleavings: a hand-written race test is one person
+imagining one interleaving; the explorer finds those, and the ones nobody imagined, by itself
+(docs/testing.md lists the mechanisms its forensics name).
 """
 
 from __future__ import annotations

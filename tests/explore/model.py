@@ -1,7 +1,7 @@
 """The explorer's own event log and what the graph must be after it, independent of the code.
 
-Events are plain values here (the adapter turns them into the project's events), and the
-expected graph is computed straight from the README's rules rather than by running any project
+Events are plain values here (the adapter turns them into the project's events), and the expected
+graph is computed straight from the rules in docs/design/lists.md rather than by running any project
 code, so that a bug in the edge store itself (not only in the lists) shows up as a difference.
 """
 

@@ -1,4 +1,4 @@
-"""The interleaving explorer as a test (see tests/explore/explorer.py and FINDINGS.md)."""
+"""The interleaving explorer as a test (see tests/explore/explorer.py and docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ def _print(run: Schedule) -> None:
     print(run.report())
 
 
-# The graph layer before the fence broke these invariants (tests/explore/FINDINGS.md); the
-# fenced design must not: a plain assertion.
+# An unfenced design breaks these invariants (docs/testing.md lists how); the fenced design
+# must not: a plain assertion.
 def test_random_schedules_leave_every_list_equal_to_the_store(cache: MemcacheCluster) -> None:
     shown: set[str] = set()
 
@@ -54,9 +54,9 @@ def test_a_seed_replays_identically(cache: MemcacheCluster, tmp_path: Path) -> N
 def test_serial_schedules_find_nothing(cache: MemcacheCluster, tmp_path: Path) -> None:
     """The explorer itself raises no false alarms: the same workloads (duplicates, replays,
     zombies, evictions, restarts, invalidations) with the actors run one after the other
-    leave every list equal to the store. Crashes between store and lists are left out: on the
-    old graph layer a redelivered removal broke lists even without concurrency (FINDINGS.md,
-    item 5)."""
+    leave every list equal to the store. Crashes between store and lists are left out: with a
+    removal that is not idempotent, a redelivered removal breaks lists even without
+    concurrency (removal-not-idempotent in docs/testing.md)."""
     failed = []
     for scenario in SCENARIOS:
         for seed in range(6):

@@ -97,7 +97,7 @@ def compare(settings: Settings, model: Model) -> Counter[str]:
     """Every user's followers, following and timeline against the model, plus the edge store.
 
     Timelines are read once the celebrity staleness bound has passed since the consumers
-    stopped (README Guarantees: a celebrity's post, or an author becoming a celebrity, shows
+    stopped (docs/guarantees.md: a celebrity's post, or an author becoming a celebrity, shows
     within FANOUT_CELEBRITY_CACHE_S + 2 s): an author who crossed the threshold in the last
     seconds of a run may be missing from a celebrity set a reader cached just before."""
     time.sleep(settings.celebrity_cache_s + 2)

@@ -89,7 +89,7 @@ class Client:
 
 def write(base: str, model: Model, traffic: Traffic, stop: threading.Event) -> None:
     """Batches of follows (with re-follows), unfollows and posts, each event with its own id
-    and time, so that a retried batch is the same events (README: Publishing). The model
+    and time, so that a retried batch is the same events (docs/http-api.md, Publishing). The model
     records a batch once it is acknowledged."""
     client, rng, i = Client(base), random.Random(13), 0
     names = sorted(model.users)

@@ -1,4 +1,4 @@
-"""The seeds' contended-list claim under load: many writers on one hot list while readers
+"""The Membase manual's contended-list claim under load: many writers on one hot list while readers
 compact it; no member lost, none resurrected."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_replays_and_double_delivery_change_nothing(
 
     # The same batch delivered twice, straight into the appliers, in reverse order the second
     # time: positions make the order irrelevant. (Appliers only: a Kafka consumer that joined
-    # its group and never polled could hang in ``close()`` against Tansu, as one CI run did.)
+    # its group and never polled can hang in ``close()`` against Tansu for many minutes.)
     store = wiring.edge_store(settings)
     for applier, topic, accepted in (
         (wiring.graph_applier(settings), settings.topics.graph, GRAPH_EVENTS),

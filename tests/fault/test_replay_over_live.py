@@ -1,6 +1,6 @@
 """A replay of the whole graph topic running over live consumers (an operator's `fanout replay
 graph --from-beginning` on a live system): it must change nothing. Old follows re-applied after
-newer unfollows and removals were the resurrection path of issue #12 item 4."""
+newer unfollows and removals must not resurrect edges (positions order them)."""
 
 from __future__ import annotations
 

@@ -315,9 +315,9 @@ def race_follows_against_removals(
 
 
 def test_sqlite_never_keeps_a_follow_older_than_a_racing_removal(tmp_path: Path) -> None:
-    """Item 6: the removal check and the write are one IMMEDIATE transaction. (Reading
-    ``users.removed`` before the write transaction let a removal commit in between, and the
-    older follow stayed active: this race found 80-170 such users in every run of 5.)"""
+    """The removal check and the write are one IMMEDIATE transaction. (Reading
+    ``users.removed`` before the write transaction lets a removal commit in between, and the
+    older follow stays active: 80-170 such users in every run of 5 of this race.)"""
     active, accepted = race_follows_against_removals(tmp_path / "edges.db", SqliteEdgeStore)
     assert active == []
     assert 0 < accepted < RACE_USERS  # both orders happened: the race was a race

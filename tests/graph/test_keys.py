@@ -94,8 +94,8 @@ def test_batch_key_building_is_key_by_key_building(
 
 
 def test_user_x_rb_reaches_nothing_of_user_x() -> None:
-    """The old collision: with ``:`` as separator user ``x:rb``'s list key was user ``x``'s
-    lease key (``tf:fl:x`` + ``:rb``), so anyone could wedge anyone else's lists."""
+    """With ``:`` as separator user ``x:rb``'s list key would be user ``x``'s lease key
+    (``tf:fl:x`` + ``:rb``), so anyone could wedge anyone else's lists: ``|`` keys cannot."""
     space = KeySpace("tf")
     for kind in ListKind:
         mine = space.list_key(ListRef(kind, "x:rb"))

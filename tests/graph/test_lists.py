@@ -173,8 +173,8 @@ def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: L
 def test_churn_among_a_few_members_keeps_the_list_small(
     sqlite_store: SqliteEdgeStore, lists: ListStore
 ) -> None:
-    """Issue #12 item 10: counters shrink with compaction, so a list of 2-3 members under
-    follow/unfollow churn does not roll over without end (it reached 211 shards before)."""
+    """Counters shrink with compaction, so a list of 2-3 members under follow/unfollow churn
+    does not roll over without end (without shrinking, it reached 211 shards)."""
     lists.read(STAR)
     rng = random.Random(10)
     for step in range(600):
@@ -216,13 +216,13 @@ def test_a_late_older_token_loses_to_a_newer_one_whatever_the_append_order(
     assert lists.read(STAR) == frozenset() == set(sqlite_store.followers("star"))
 
 
-# -- the fence (graph/lists/fencing.py) ------------------------------------------------------------
+# -- the fence (graph/lists/fencing.py): unfenced rebuilds, lost claims, re-added shards --------
 
 
 def test_an_invalidation_during_a_rebuild_makes_its_stale_commit_fail(
     cache: MemcacheCluster, unique: str
 ) -> None:
-    """Item 1: a rebuild that read the store before a change must not commit after the
+    """A rebuild that read the store before a change must not commit after the
     invalidation that followed the change."""
     settings = ListSettings(namespace=unique)
     stale = ListStore(twin(cache), Frozen({"removed": 1}), settings)
@@ -254,7 +254,7 @@ def test_a_write_during_a_rebuild_lands_in_its_journal(
 def test_a_lost_claim_cannot_commit(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str, how: str
 ) -> None:
-    """Item 2: the claim (the lease) vanishes mid-rebuild, a writer finds the list absent and
+    """The claim (the lease) vanishes mid-rebuild, a writer finds the list absent and
     skips; the rebuild that missed that write must not commit. Nor may it disturb the claim
     that replaced its own."""
     settings = ListSettings(namespace=unique, compact_write_prob=0)
@@ -278,7 +278,7 @@ def test_a_lost_claim_cannot_commit(
 def test_a_stale_rollover_never_re_adds_an_evicted_shard(
     sqlite_store: SqliteEdgeStore, lists: ListStore
 ) -> None:
-    """Item 7: a writer with a stale view of the index rolls over while the shard it would
+    """A writer with a stale view of the index rolls over while the shard it would
     have named again was evicted: its CAS fails, and the eviction is found, not hidden."""
     lists.read(STAR)
     names = [f"u{i:03d}" for i in range(40)]
@@ -379,7 +379,8 @@ def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: st
 def test_a_user_named_like_another_users_keys_cannot_touch_them(
     sqlite_store: SqliteEdgeStore, lists: ListStore
 ) -> None:
-    """Item 8: user ``x:rb``'s list key was user x's lease key, which wedged every write of x."""
+    """No id names another user's keys: with ``:`` as separator, user ``x:rb``'s list key
+    would be user x's lease key, which would wedge every write of x."""
     for name in ("x:rb", "x:n", "x:0", "x"):
         sqlite_store.apply([EdgeChange(f"f-{len(name)}", name, True, len(name))])
     refs = [ListRef(ListKind.FOLLOWERS, n) for n in ("x:rb", "x:n", "x:0")]

@@ -1,5 +1,5 @@
 """The page memo's bound, measured as what the process really holds (tracemalloc), with the
-shapes the fourth adversarial review used to overrun it: tiny bodies from orjson (whose buffer
+shapes that would overrun a count of bodies alone: tiny bodies from orjson (whose buffer
 outlived them at ~4 KiB each) and many small replies."""
 
 from __future__ import annotations

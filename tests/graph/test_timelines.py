@@ -171,7 +171,7 @@ def test_the_users_remembered_are_bounded(
 
 def test_a_user_only_looked_up_stays_remembered_while_others_are_read() -> None:
     """The page memo answers a warm user's reads without remembering anything anew, so a
-    lookup counts as a use (adversary7: such users drifted out under many other users)."""
+    lookup counts as a use (otherwise such users drift out under many other users)."""
     memory = ReadMemory(2)
     last = {u: Remembered(b"head " + u.encode(), (), (u.encode(),)) for u in ("u1", "u2", "u3")}
     memory.put("u1", last["u1"])
@@ -291,8 +291,8 @@ def test_a_corrupt_timeline_item_is_regenerated(setup: Setup) -> None:
 
 
 def test_a_celebrity_posts_item_with_a_member_not_of_our_form_is_rebuilt(setup: Setup) -> None:
-    """Found by the fourth adversarial review: the read dropped only the timeline and met the
-    same bad celebrity item again, an error (a 500 from the API) until the item expired."""
+    """Dropping only the timeline would meet the same bad celebrity item again: an error (a
+    500 from the API) until the item expired. Both are dropped and rebuilt."""
     s = setup
     s.follow("me", "star")
     s.celebrity_post("star", "s1", 1000)
@@ -352,7 +352,7 @@ def test_only_cursors_naming_a_member_of_our_own_form_are_accepted(member: str) 
     entry = TimelineEntry(1_700_000_000_000, "u2", "p1")
     assert TimelineEntry.from_cursor(entry.cursor) == entry
     for respelled in (entry.cursor + "!!!!", entry.cursor + "\x00", entry.cursor + "=="):
-        with pytest.raises(BadCursor):  # one spelling per page (found by the fifth review)
+        with pytest.raises(BadCursor):  # one spelling per page
             TimelineEntry.from_cursor(respelled)
     forged = base64.urlsafe_b64encode(member.encode()).rstrip(b"=").decode()
     with pytest.raises(BadCursor):

@@ -180,8 +180,8 @@ def test_earlier_replies_of_other_keys_are_never_compared_with(
     servers: Servers, cache: MemcacheCluster
 ) -> None:
     """Taking a part's earlier bytes whole relies on them holding as many replies as the part
-    has keys. adversary7: earlier bytes holding the replies of `x` and `z`, passed for a call of
-    `x` alone, took `z`'s reply too, and the next call got `x`'s value under `z`. Earlier
+    has keys: earlier bytes holding the replies of `x` and `z`, passed for a call of `x` alone,
+    would take `z`'s reply too, and the next call would get `x`'s value under `z`. Earlier
     replies count only for the same keys."""
     on_first = [
         k for k in (b"adv7-%d" % i for i in range(40)) if cache.server_for(k) == cache.servers[0]
@@ -467,8 +467,9 @@ def test_remembered_plans_hold_a_bounded_number_of_keys(
     servers: Servers, cache: MemcacheCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A plan holds its keys and their commands, so plans are bounded by the keys they hold,
-    not by their count (adversary6: 32k plans of 107 keys held 369-715 MiB). One-off multi-GETs
-    (``gets_many``: the round trips after a batch) and plans of many keys are not kept."""
+    not by their count (bounded by count, 32k plans of 107 keys held 369-715 MiB). One-off
+    multi-GETs (``gets_many``: the round trips after a batch) and plans of many keys are not
+    kept."""
     # at most 10 keys a plan
     monkeypatch.setattr("memcache.async_cluster.REMEMBERED_PLAN_KEYS", 640)
     assert cache.set_many({b"k%d" % i: b"v%d" % i for i in range(0, 2000, 7)})

@@ -1,5 +1,5 @@
 // A producer written as a Node.js app developer would write one, for the contract test
-// (tests/producers/test_node_contract.py) and as the README's example: validate each event
+// (tests/producers/test_node_contract.py) and as the example in docs/producing.md: validate each event
 // against the shipped schema (ajv, JSON Schema 2020-12), key it by the field the schema's
 // description names, and publish it with kafkajs.
 //
