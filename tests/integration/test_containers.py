@@ -13,10 +13,11 @@ from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
 from producers import create_topics
-from tests.graph.edge_backends import docker_available
+from tests.mongo_servers import docker_skip_reason
 
 pytestmark = pytest.mark.skipif(
-    not docker_available(), reason="no Docker engine here: testcontainers cannot start images"
+    docker_skip_reason() is not None,
+    reason=f"testcontainers cannot start images: {docker_skip_reason()}",
 )
 
 
