@@ -87,7 +87,9 @@ class MongoEdgeStore(StoreQueries):
             self._followers.create_index([("_t", 1), ("a", 1), ("_f", 1), ("_g", 1), ("p", 1)])
 
     def _removed(self, users: set[str]) -> dict[str, int]:
-        docs = self._users.find({"_id": {"$in": sorted(users)}}, {"removed": 1})
+        # A user document can exist without a removal: celebrities are recorded there too.
+        query = {"_id": {"$in": sorted(users)}, "removed": {"$exists": True}}
+        docs = self._users.find(query, {"removed": 1})
         return {d["_id"]: d["removed"] for d in docs}
 
     @staticmethod

@@ -29,6 +29,7 @@ FAULTS: dict[str, tuple[Callable[[Settings], None], dict[str, int]]] = {
 }
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_cache_loss_mid_run_leaves_exact_lists_and_timelines(
     settings: Settings, fault_report: dict[str, Any], tmp_path: Path, fault: str

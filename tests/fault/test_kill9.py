@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fanout import wiring
 from fanout.settings import Settings
 from tests.fault.harness import (
@@ -22,6 +24,7 @@ from tests.fault.harness import (
 )
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
 def test_kill_9_at_random_moments_loses_nothing(
     settings: Settings, fault_report: dict[str, Any], tmp_path: Path
 ) -> None:

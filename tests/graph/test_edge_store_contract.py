@@ -168,6 +168,15 @@ def test_posts_are_stored_once_and_read_newest_first(edge_store: EdgeStore) -> N
     assert edge_store.recent_posts(set(), 10) == []
 
 
+def test_a_celebrity_who_was_never_removed_can_be_followed_and_unfollowed(
+    edge_store: EdgeStore,
+) -> None:
+    edge_store.add_celebrities(["star"])
+    assert edge_store.apply([follow("a", "star", 1)]) == [follow("a", "star", 1)]
+    assert edge_store.apply([unfollow("a", "star", 2)]) == [unfollow("a", "star", 2)]
+    assert edge_store.followers("star") == [] and edge_store.celebrities() == {"star"}
+
+
 def test_celebrities_are_sticky(edge_store: EdgeStore) -> None:
     assert edge_store.celebrities() == set()
     edge_store.add_celebrities(["star", "idol"])
