@@ -130,7 +130,8 @@ def real_mongodb() -> Iterator[MongoServer]:
     from testcontainers.mongodb import MongoDbContainer
 
     with MongoDbContainer("mongo:7") as container:
-        url = container.get_connection_url()
+        # Its user lives in `admin`; each test's database is another.
+        url = container.get_connection_url().rstrip("/") + "/?authSource=admin"
         yield MongoServer(url, mongo_server.identify(url))
 
 
