@@ -14,6 +14,7 @@ from fanout import wiring
 from fanout.settings import Settings
 from tests.fault.harness import (
     KILLS,
+    MONGO_STORES,
     SIZE,
     ConsumerProcess,
     Model,
@@ -24,7 +25,7 @@ from tests.fault.harness import (
 )
 
 
-@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
+@pytest.mark.edge_stores("sqlite", *MONGO_STORES)
 def test_kill_9_at_random_moments_loses_nothing(
     settings: Settings, fault_report: dict[str, Any], tmp_path: Path
 ) -> None:
