@@ -36,8 +36,10 @@ def _ids(values: Sequence[str]) -> list[str]:
 
 def cmd_stack(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "up":
-        state = stack.stack_up(settings.topics, settings.partitions)
+        state = stack.stack_up(settings.topics, settings.partitions, edge_store=args.edge_store)
         console.print(f"kafka {state.kafka}\nmemcached {state.memcached}")
+        if state.edge_store:
+            console.print(f"edge store {state.edge_store}")
         console.print(f"recorded in {stack_file()}")
         return 0
     if args.action == "down":
@@ -210,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stack", help="the embedded local stack (Tansu + 2 memcached)")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--purge", action="store_true", help="down: also delete .fanout/ (edge store)")
+    p.add_argument(
+        "--edge-store",
+        choices=["sqlite", "mongodb"],
+        default="sqlite",
+        help="up: mongodb also runs a FerretDB server and records its URL as the edge store",
+    )
     p.set_defaults(run=cmd_stack)
 
     p = sub.add_parser("topics", help="create the topics")

@@ -1,4 +1,5 @@
-"""The embedded local stack: one Tansu broker and two memcached servers on loopback.
+"""The embedded local stack: one Tansu broker and two memcached servers on loopback, and with
+``--edge-store mongodb`` a FerretDB server (fanout/mongo_server.py) holding the edge store.
 
 State lives in ``$FANOUT_HOME/stack.json`` (pids and addresses) so that every later ``fanout``
 command finds the servers without exports. Ports are picked free at ``up`` time, which is what
@@ -20,16 +21,19 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from confluent_kafka.admin import AdminClient
 
+from fanout import mongo_server
 from fanout.ports import free_port, listens
 from fanout.settings import fanout_home, stack_file
 from producers import create_topics
 from schemas import Topics
 
 MEMCACHED_SERVERS = 2
+EdgeStoreKind = Literal["sqlite", "mongodb"]
 PORT_ATTEMPTS = 5  # a port lost to another process is picked again, this many times at most
 
 
@@ -49,17 +53,20 @@ class StackState:
     kafka: str
     memcached: str
     services: list[Service] = field(default_factory=list)
+    edge_store: str | None = None  # the FerretDB URL when the stack runs one
 
     def save(self, path: Path) -> None:
-        # Only `kafka` and `memcached` are settings; `services` is ignored by Settings.
-        path.write_bytes(orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2))
+        # `kafka`, `memcached` and `edge_store` (when set) are settings; `services` is ignored.
+        recorded = {k: v for k, v in asdict(self).items() if v is not None}
+        path.write_bytes(orjson.dumps(recorded, option=orjson.OPT_INDENT_2))
 
     @classmethod
     def load(cls, path: Path) -> StackState | None:
         if not path.exists():
             return None
         raw = orjson.loads(path.read_bytes())
-        return cls(raw["kafka"], raw["memcached"], [Service(**s) for s in raw["services"]])
+        services = [Service(**s) for s in raw["services"]]
+        return cls(raw["kafka"], raw["memcached"], services, raw.get("edge_store"))
 
 
 def tansu_binary() -> str:
@@ -192,6 +199,28 @@ def _tansu_argv(port: int) -> list[str]:
     ]
 
 
+def _ferretdb_argv(port: int) -> list[str]:
+    try:
+        return mongo_server.ferretdb_argv(port, fanout_home() / "ferretdb")
+    except mongo_server.MongoServerError as exc:
+        raise StackError(str(exc)) from exc
+
+
+def ferretdb_answers(address: str) -> bool:
+    return mongo_server.mongo_answers(mongo_server.database_url(address))
+
+
+def start_ferretdb(logs: Path, deadline: float, port: int | None = None) -> Service:
+    """A FerretDB server keeping its data under ``$FANOUT_HOME/ferretdb``."""
+    return start_listening("ferretdb", _ferretdb_argv, ferretdb_answers, logs, deadline, port)
+
+
+def _add_ferretdb(state: StackState, logs: Path, deadline: float) -> None:
+    svc = start_ferretdb(logs, deadline)
+    state.services.append(svc)
+    state.edge_store = mongo_server.database_url(svc.address)
+
+
 def restart_memcached(name: str, down_for: float = 0.0) -> Service:
     """Kill one memcached server of the recorded stack and start an empty one on the same port:
     what a crash and a supervisor's restart look like to the clients."""
@@ -216,25 +245,35 @@ def stack_status(state: StackState | None) -> dict[str, bool]:
     for svc in state.services:
         if svc.name == "tansu":
             result[f"{svc.name} {svc.address}"] = _pid_alive(svc.pid) and kafka_answers(svc.address)
+        elif svc.name == "ferretdb":
+            url = mongo_server.database_url(svc.address)
+            result[f"{svc.name} {url}"] = _pid_alive(svc.pid) and ferretdb_answers(svc.address)
         else:
             alive = _pid_alive(svc.pid) and memcached_answers(svc.address)
             result[f"{svc.name} {svc.address}"] = alive
     return result
 
 
-def stack_up(topics: Topics, partitions: int, timeout: float = 30.0) -> StackState:
-    """Start what is not running; a healthy recorded stack is left alone."""
+def stack_up(
+    topics: Topics, partitions: int, timeout: float = 30.0, edge_store: EdgeStoreKind = "sqlite"
+) -> StackState:
+    """Start what is not running; a healthy recorded stack is left alone (``mongodb`` adds a
+    FerretDB server to it when it has none). The edge store of a stack without FerretDB is the
+    embedded SQLite file."""
     home = fanout_home()
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
     existing = StackState.load(stack_file())
     if existing is not None:
         status = stack_status(existing)
         if status and all(status.values()):
+            if edge_store == "mongodb" and existing.edge_store is None:
+                _add_ferretdb(existing, logs, deadline)
+                existing.save(stack_file())
             create_topics(existing.kafka, topics.all(), partitions)
             return existing
         stack_down()
-    logs = home / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout
     services: list[Service] = []
     try:
         for i in range(MEMCACHED_SERVERS):
@@ -242,14 +281,16 @@ def stack_up(topics: Topics, partitions: int, timeout: float = 30.0) -> StackSta
                 start_listening(f"memcached{i}", _memcached_argv, memcached_answers, logs, deadline)
             )
         services.append(start_listening("tansu", _tansu_argv, kafka_answers, logs, deadline))
+        memcached = ",".join(s.address for s in services[:-1])
+        state = StackState(services[-1].address, memcached, services)
+        if edge_store == "mongodb":
+            _add_ferretdb(state, logs, deadline)
     except StackError:
         for svc in services:
             _kill(svc.pid)
         raise
-    kafka = services[-1].address
-    state = StackState(kafka, ",".join(s.address for s in services[:-1]), services)
     state.save(stack_file())
-    create_topics(kafka, topics.all(), partitions)
+    create_topics(state.kafka, topics.all(), partitions)
     return state
 
 

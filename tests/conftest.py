@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -31,7 +32,10 @@ from memcache import MemcacheCluster  # noqa: E402
 from producers import create_topics  # noqa: E402
 from schemas import Topics  # noqa: E402
 
-pytest_plugins = ["tests.fault.report"]
+if TYPE_CHECKING:
+    from tests.mongo_servers import EdgeStoreChoice
+
+pytest_plugins = ["tests.fault.report", "tests.mongo_servers"]
 
 
 @pytest.fixture
@@ -84,14 +88,18 @@ def unique() -> str:
 
 
 @pytest.fixture
-def settings(local_stack: stack.StackState, unique: str, tmp_path: Path) -> Settings:
-    """Settings for one test: real servers, private names, tiny list shards."""
+def settings(
+    local_stack: stack.StackState, unique: str, edge_store_choice: EdgeStoreChoice
+) -> Settings:
+    """Settings for one test: real servers, private names, tiny list shards; the edge store is
+    a private SQLite file unless the test is marked ``edge_stores`` (tests/mongo_servers.py)."""
     topics = Topics(unique)
     create_topics(local_stack.kafka, topics.all(), partitions=6)
     return Settings(
         kafka=local_stack.kafka,
         memcached=local_stack.memcached,
-        edge_store=f"sqlite:///{tmp_path / 'edges.db'}",
+        edge_store=edge_store_choice.url,
+        mongo_following=edge_store_choice.following,
         topic_prefix=unique,
         cache_prefix=unique,
         group=unique,
@@ -118,11 +126,9 @@ def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) ->
 
 
 def pytest_report_header() -> list[str]:
-    from tests.graph.edge_backends import MONGO_URL, real_mongo_skip_reason
+    from tests.mongo_servers import report_header
 
-    reason = real_mongo_skip_reason()
-    real = "skipped: " + reason if reason else ("FANOUT_TEST_MONGO_URL" if MONGO_URL else "Docker")
-    return [f"edge-store backends: sqlite, mongomock (both following modes); real MongoDB: {real}"]
+    return [report_header()]
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -1,10 +1,20 @@
 """The MongoDB edge store, after Socialite's user graph service.
 
 ``followers`` holds one document per edge, ``{_f: followee, _t: follower}``, so "followers of X"
-is ``find({_f: X}, {_id: 0, _t: 1})``. The unique index on (_f, _t) is what turns a stale write
-into a duplicate-key error: every write is an upsert filtered on "stored position older than
-mine", so when the stored edge is newer the filter misses, the upsert tries to insert, and the
-unique index refuses it. Those errors are the expected outcome of replays, not failures.
+is ``find({_f: X}, {_id: 0, _t: 1})``.
+
+An edge write is a max-register on the position, in two steps that commute with any other
+writer's: (1) insert the edge (an unordered ``insert_many``); the unique index on (_f, _t)
+refuses it with a duplicate-key error when the edge exists, and (2) for each refused edge, a
+conditional update filtered on the unique key *and* "stored position older than mine", which
+MongoDB applies atomically to the one document. After (1) the edge exists whoever inserted it,
+so (2) always finds it: the newest position wins whatever the interleaving of concurrent
+writers, with no retry loop and no reliance on the server retrying a duplicate-key upsert.
+Documents are never deleted (an unfollow is an inactive edge), which is what makes "exists
+after (1)" permanent. Only a duplicate-key error on an insert means "exists"; every other write
+error is raised. (An upsert filtered on "older than mine" took every duplicate-key error as
+"the stored edge is newer": two writers of a new edge both missed, both inserted, and the loser
+of the insert dropped its write even when its position was the newer one.)
 
 "following of X" is either a reverse index on the same collection (``following_mode="index"``,
 fine while the graph fits one shard) or a separate ``following`` collection holding the flipped
@@ -44,6 +54,13 @@ def _older_than(pos: int) -> dict[str, Any]:
     return {"p": {"$lt": pos}}
 
 
+def _edge_key(change: EdgeChange, flip: bool) -> dict[str, str]:
+    first, second = (
+        (change.follower, change.followee) if flip else (change.followee, change.follower)
+    )
+    return {"_f": first, "_t": second}
+
+
 class MongoEdgeStore(StoreQueries):
     def __init__(self, db: Database[Any], following_mode: FollowingMode = "collection") -> None:
         self._db = db
@@ -70,38 +87,43 @@ class MongoEdgeStore(StoreQueries):
             self._followers.create_index([("_t", 1), ("a", 1), ("_f", 1), ("_g", 1), ("p", 1)])
 
     def _removed(self, users: set[str]) -> dict[str, int]:
-        docs = self._users.find({"_id": {"$in": sorted(users)}}, {"removed": 1})
+        # A user document can exist without a removal: celebrities are recorded there too.
+        query = {"_id": {"$in": sorted(users)}, "removed": {"$exists": True}}
+        docs = self._users.find(query, {"removed": 1})
         return {d["_id"]: d["removed"] for d in docs}
 
     @staticmethod
-    def _upserts(changes: Sequence[EdgeChange], flip: bool) -> list[UpdateOne]:
-        ops = []
-        for c in changes:
-            first, second = (c.follower, c.followee) if flip else (c.followee, c.follower)
-            ops.append(
-                UpdateOne(
-                    {"_f": first, "_t": second, **_older_than(c.pos)},
-                    {"$set": {"a": c.active, "p": c.pos, "_g": c.group}},
-                    upsert=True,
-                )
-            )
-        return ops
-
-    @staticmethod
-    def _bulk(collection: Collection[Any], ops: Sequence[Any]) -> set[int]:
-        """Run unordered; return the op indexes refused as duplicates (stored edge is newer)."""
-        if not ops:
-            return set()
+    def _insert_absent(collection: Collection[Any], docs: list[dict[str, Any]]) -> list[int]:
+        """Insert unordered; return the indexes of ``docs`` refused because a document with the
+        same unique key exists. Any other write error, or a write-concern error, is raised."""
+        if not docs:
+            return []
         try:
-            collection.bulk_write(list(ops), ordered=False)
+            collection.insert_many(docs, ordered=False)
         except BulkWriteError as exc:
             errors = exc.details.get("writeErrors", [])
             if any(e["code"] != DUPLICATE_KEY for e in errors) or exc.details.get(
                 "writeConcernErrors"
             ):
                 raise
-            return {e["index"] for e in errors}
-        return set()
+            return [e["index"] for e in errors]
+        return []
+
+    def _write_edges(
+        self, collection: Collection[Any], changes: Sequence[EdgeChange], flip: bool
+    ) -> None:
+        """Each edge ends at the newest position any writer gave it (see the module docstring)."""
+        docs = [{**_edge_key(c, flip), "a": c.active, "p": c.pos, "_g": c.group} for c in changes]
+        existing = self._insert_absent(collection, docs)
+        raise_if_older = [
+            UpdateOne(
+                {**_edge_key(changes[i], flip), **_older_than(changes[i].pos)},
+                {"$set": {"a": changes[i].active, "p": changes[i].pos, "_g": changes[i].group}},
+            )
+            for i in existing
+        ]
+        if raise_if_older:
+            collection.bulk_write(raise_if_older, ordered=False)
 
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
         """Without multi-document transactions, removals are made atomic by ordering (the
@@ -110,8 +132,8 @@ class MongoEdgeStore(StoreQueries):
         other's first step, so a follow older than a removal never stays active."""
         live = prepare(changes, self._removed)
         if self._mode == "collection":
-            self._bulk(self._following, self._upserts(live, flip=True))
-        self._bulk(self._followers, self._upserts(live, flip=False))
+            self._write_edges(self._following, live, flip=True)
+        self._write_edges(self._followers, live, flip=False)
         follows = [c for c in live if c.active]
         removed = self._removed({u for c in follows for u in c.edge}) if follows else {}
         late = {
@@ -238,15 +260,17 @@ class MongoEdgeStore(StoreQueries):
         return known(active, seen, removed)
 
     def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
-        ops = [
-            UpdateOne(
-                {"_id": f"{p.author}/{p.post_id}"},
-                {"$setOnInsert": {"a": p.author, "i": p.post_id, "ts": p.ts, "text": p.text}},
-                upsert=True,
-            )
+        new: list[dict[str, Any]] = [
+            {
+                "_id": f"{p.author}/{p.post_id}",
+                "a": p.author,
+                "i": p.post_id,
+                "ts": p.ts,
+                "text": p.text,
+            }
             for p in posts
         ]
-        self._bulk(self._posts, ops)  # a concurrent insert of the same post is a duplicate
+        self._insert_absent(self._posts, new)  # a post stored before is a duplicate: kept
         ids = [f"{p.author}/{p.post_id}" for p in posts]
         docs = self._posts.find({"_id": {"$in": ids}}, {"a": 1, "i": 1, "ts": 1})
         return {(d["a"], d["i"]): d["ts"] for d in docs}
@@ -266,7 +290,8 @@ class MongoEdgeStore(StoreQueries):
 
     def add_celebrities(self, users: Iterable[str]) -> None:
         ops = [UpdateOne({"_id": u}, {"$set": {"celeb": True}}, upsert=True) for u in users]
-        self._bulk(self._users, ops)
+        if ops:  # filtered on _id alone: MongoDB retries a duplicate-key upsert by itself
+            self._users.bulk_write(ops, ordered=False)
 
     def celebrities(self) -> set[str]:
         return {d["_id"] for d in self._users.find({"celeb": True}, {"_id": 1})}

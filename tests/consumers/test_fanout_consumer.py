@@ -6,6 +6,7 @@ import random
 import threading
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from fanout import wiring
@@ -61,6 +62,7 @@ def read_all(settings: Settings) -> dict[str, list[TimelineEntry]]:
     return {user: reader.read(user, limit=1000) for user in USERS}
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
 def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flushes(
     settings: Settings,
 ) -> None:
@@ -183,6 +185,7 @@ def test_a_celebrity_stays_one_so_its_posts_reach_cached_timelines_after_it_shri
     store.close()
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-index")
 def test_a_big_post_reaches_every_follower_exactly_once_with_two_consumers(
     settings: Settings,
 ) -> None:

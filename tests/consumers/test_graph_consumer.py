@@ -122,6 +122,7 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_rest_is_applied(
     assert_lists_match(settings, {(f"g{i}", "u2"): True for i in range(good)})
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-index")
 def test_two_consumers_in_one_group_split_partitions_and_converge(settings: Settings) -> None:
     with EventPublisher(settings.kafka, settings.topics) as publisher:
         model = random_graph_events(publisher, 1500, seed=12)
@@ -187,6 +188,7 @@ def committed_offsets(settings: Settings, group: str) -> int:
     return sum(max(tp.offset, 0) for tp in committed)
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
 def test_sigterm_mid_batch_finishes_and_commits_that_batch(settings: Settings) -> None:
     """The signal arrives while a batch is half applied (its edges stored, its list writes
     waiting on memcached servers that are stopped): that batch is finished, committed, and

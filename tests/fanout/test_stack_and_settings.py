@@ -9,11 +9,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pymongo
 import pytest
 
 from fanout import wiring
+from fanout.mongo_server import identify, mongo_answers
 from fanout.settings import Settings
 from fanout.stack import StackState
+from tests.mongo_servers import ferretdb_skip_reason
 
 
 def fanout(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +50,32 @@ def test_up_twice_status_followers_down(tmp_path: Path) -> None:
     assert fanout(home, "stack", "down").returncode == 0
     assert fanout(home, "stack", "status").returncode == 1
     assert not (home / "stack.json").exists()
+
+
+def test_up_with_the_mongodb_edge_store_runs_ferretdb_and_records_its_url(tmp_path: Path) -> None:
+    if reason := ferretdb_skip_reason():
+        pytest.skip(reason)
+    home = tmp_path / "home"
+    up = fanout(home, "stack", "up", "--edge-store", "mongodb")
+    assert up.returncode == 0, up.stderr
+    state = StackState.load(home / "stack.json")
+    assert state is not None and state.edge_store is not None
+    assert state.edge_store.startswith("mongodb://127.0.0.1:") and state.edge_store in up.stdout
+    assert identify(state.edge_store).is_ferretdb
+    status = fanout(home, "stack", "status")
+    assert status.returncode == 0 and f"ferretdb {state.edge_store}: up" in status.stdout
+    again = fanout(home, "stack", "up")  # a healthy stack is left alone, its edge store too
+    assert again.returncode == 0 and StackState.load(home / "stack.json") == state
+    # Later commands write and read the graph in FerretDB without any exports.
+    assert fanout(home, "publish", "follow", "a", "b").returncode == 0
+    done = fanout(home, "consume", "graph", "--until-idle", "2")
+    assert done.returncode == 0, done.stderr
+    assert fanout(home, "followers", "b").stdout.strip() == "b (1): a"
+    with pymongo.MongoClient(state.edge_store) as client:
+        edges = client.get_default_database()["followers"].find({}, {"_id": 0, "_f": 1, "_t": 1})
+        assert list(edges) == [{"_f": "b", "_t": "a"}]
+    assert fanout(home, "stack", "down").returncode == 0
+    assert not mongo_answers(state.edge_store)
 
 
 def test_environment_overrides_the_recorded_stack(

@@ -11,7 +11,7 @@ import pytest
 
 from fanout import stack, wiring
 from fanout.settings import Settings
-from tests.fault.harness import SIZE, compare, fault_settings, record, run_under_fault
+from tests.fault.harness import MONGO_STORES, SIZE, compare, fault_settings, record, run_under_fault
 
 FAULTS: dict[str, tuple[Callable[[Settings], None], dict[str, int]]] = {
     "flush_all": (
@@ -29,6 +29,7 @@ FAULTS: dict[str, tuple[Callable[[Settings], None], dict[str, int]]] = {
 }
 
 
+@pytest.mark.edge_stores("sqlite", *MONGO_STORES)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_cache_loss_mid_run_leaves_exact_lists_and_timelines(
     settings: Settings, fault_report: dict[str, Any], tmp_path: Path, fault: str

@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fanout import wiring
 from fanout.settings import Settings
 from tests.fault.harness import (
     KILLS,
+    MONGO_STORES,
     SIZE,
     ConsumerProcess,
     Model,
@@ -22,6 +25,7 @@ from tests.fault.harness import (
 )
 
 
+@pytest.mark.edge_stores("sqlite", *MONGO_STORES)
 def test_kill_9_at_random_moments_loses_nothing(
     settings: Settings, fault_report: dict[str, Any], tmp_path: Path
 ) -> None:

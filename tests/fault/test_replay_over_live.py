@@ -9,11 +9,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fanout.settings import Settings
 from tests.conftest import settings_env
-from tests.fault.harness import SIZE, compare, fault_settings, record, run_under_fault
+from tests.fault.harness import (
+    MONGO_BOTH_MODES,
+    SIZE,
+    compare,
+    fault_settings,
+    record,
+    run_under_fault,
+)
 
 
+@pytest.mark.edge_stores("sqlite", *MONGO_BOTH_MODES)
 def test_a_replay_over_live_consumers_changes_nothing(
     settings: Settings, fault_report: dict[str, Any], tmp_path: Path
 ) -> None:

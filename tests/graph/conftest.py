@@ -7,16 +7,13 @@ import pytest
 
 from fanout.settings import Settings
 from graph.model.edges import EdgeStore
-from tests.graph.edge_backends import BACKENDS, real_mongo_skip_reason
+from tests.graph.edge_backends import BACKENDS
 from tests.graph.warm_pair import Pair, count_multi_gets, make_pair
 
 
 @pytest.fixture(params=list(BACKENDS))
 def edge_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EdgeStore]:
-    name: str = request.param
-    if name.startswith("mongodb") and (reason := real_mongo_skip_reason()):
-        pytest.skip(reason)
-    with BACKENDS[name](tmp_path) as store:
+    with BACKENDS[request.param](request, tmp_path) as store:
         yield store
 
 

@@ -13,27 +13,27 @@ from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
 from producers import create_topics
-from tests.graph.edge_backends import docker_available
+from tests.mongo_servers import MongoServer, docker_skip_reason
 
 pytestmark = pytest.mark.skipif(
-    not docker_available(), reason="no Docker engine here: testcontainers cannot start images"
+    docker_skip_reason() is not None,
+    reason=f"testcontainers cannot start images: {docker_skip_reason()}",
 )
 
 
 @pytest.fixture(scope="module")
-def containers() -> Iterator[dict[str, Any]]:
+def containers(real_mongodb: MongoServer) -> Iterator[dict[str, Any]]:
+    """Kafka and memcached images for this module; MongoDB is the session's one container."""
     from testcontainers.core.container import DockerContainer
     from testcontainers.kafka import KafkaContainer
-    from testcontainers.mongodb import MongoDbContainer
 
     with (
         KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as kafka,
-        MongoDbContainer("mongo:7") as mongo,
         DockerContainer("memcached:1.6-alpine").with_exposed_ports(11211) as memcached,
     ):
         yield {
             "kafka": kafka.get_bootstrap_server(),
-            "mongo": mongo.get_connection_url(),
+            "mongo": real_mongodb.database_url(),
             "memcached": f"{memcached.get_container_host_ip()}:{memcached.get_exposed_port(11211)}",
         }
 
