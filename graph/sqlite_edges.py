@@ -237,7 +237,12 @@ class SqliteEdgeStore(StoreQueries):
     def _page(
         self, column: str, other: str, user: str, group: str | None, after: str | None, limit: int
     ) -> list[str]:
-        sql = f"SELECT {other} FROM edges WHERE {column} = ? AND active = 1 AND {other} > ?"
+        # Active followers past the cursor come from the partial index, so a page never steps
+        # over unfollowed edges (the planner, without statistics, would take the primary key).
+        source = "edges INDEXED BY edges_active_followers" if column == "followee" else "edges"
+        if group is not None:
+            source = "edges"
+        sql = f"SELECT {other} FROM {source} WHERE {column} = ? AND active = 1 AND {other} > ?"
         args: list[object] = [user, after or ""]
         if group is not None:
             sql += " AND grp = ?"

@@ -12,6 +12,7 @@ from api.context import context
 from api.problems import Problem, invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
+from graph.timeline_entries import CURSOR_PATTERN
 from graph.timelines import BadCursor, TimelinePage
 
 DEFAULT_LIMIT = 50
@@ -74,7 +75,11 @@ ROUTES = (
             "parameters": [
                 params.user_param("user", "the timeline's owner"),
                 params.limit_param(DEFAULT_LIMIT),
-                params.CURSOR_PARAM,
+                params.cursor_param(
+                    CURSOR_PATTERN,
+                    "the `next` of the previous page (time!author!post_id): posts older than "
+                    "that entry are shown",
+                ),
             ],
             "responses": {
                 **responds(200, "TimelinePage", "a page (empty for a known user with no posts)"),
