@@ -1,6 +1,6 @@
 """What every route needs, kept on the app's state: the backend threads, the warm reads, the
-access rules, the settings, the metrics and the OpenAPI document. One per app, so several apps
-can live in one process (tests)."""
+access rules, the settings, the metrics, the OpenAPI document and the budget of request bodies.
+One per app, so several apps can live in one process (tests)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from api.auth import Guard
 from api.backends import BackendPool
+from api.body import BodyBudget
 from api.metrics import ApiMetrics
 from api.settings import ApiSettings
 from graph.warm_reads import WarmReads
@@ -23,6 +24,7 @@ class ApiContext:
     metrics: ApiMetrics
     openapi: bytes  # the document this app serves (api/openapi.py)
     warm: WarmReads | None  # timeline reads on the event loop when warm (graph/warm_reads.py)
+    body_budget: BodyBudget  # request bodies being received (api/body.py)
 
 
 def context(request: Request) -> ApiContext:

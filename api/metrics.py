@@ -19,6 +19,11 @@ UNMATCHED = "unmatched"  # no route: counted under one label, never under the ra
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
+# nginx's code for a request whose client closed the connection before any response was sent
+# (api/problems.py sends nothing then): counted, and never as a server error.
+NO_RESPONSE = 499
+
+
 class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -56,7 +61,7 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
+        status = NO_RESPONSE
 
         async def recording_send(message: Message) -> None:
             nonlocal status
