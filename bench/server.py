@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fanout.ports import free_port
 from fanout.settings import Settings, environment
-from fanout.stack import free_port
 
 
 def answers(url: str) -> bool:

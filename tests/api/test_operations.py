@@ -17,8 +17,8 @@ from api.backends import Backends
 from api.openapi import DOCUMENT, document
 from api.settings import ApiSettings
 from fanout.settings import Settings
-from fanout.stack import free_port
 from tests.api.conftest import Graph, api_client
+from tests.conftest import Refused
 
 
 def test_health_and_readiness(client: TestClient) -> None:
@@ -29,10 +29,10 @@ def test_health_and_readiness(client: TestClient) -> None:
 
 
 def test_memcached_down_is_503_with_retry_after_and_not_ready(
-    settings: Settings, graph: Graph
+    settings: Settings, graph: Graph, refused: Refused
 ) -> None:
     graph.follow("alice", "bob")
-    down = settings.model_copy(update={"memcached": f"127.0.0.1:{free_port()}"})
+    down = settings.model_copy(update={"memcached": str(refused)})
     with api_client(down, retry_after_s=7) as client:
         response = client.get("/v1/timelines/alice")
         assert response.status_code == 503
@@ -55,11 +55,11 @@ def test_memcached_down_is_503_with_retry_after_and_not_ready(
 
 
 def test_readyz_says_what_failed_and_never_where(
-    settings: Settings, caplog: pytest.LogCaptureFixture
+    settings: Settings, refused: Refused, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Public: no address, port, path or topology reaches the body; the log has them."""
-    port = free_port()
-    down = settings.model_copy(update={"memcached": f"127.0.0.1:{port}"})
+    port = refused.pair[1]
+    down = settings.model_copy(update={"memcached": str(refused)})
     with api_client(down) as client:
         ready = client.get("/readyz")
     assert ready.status_code == 503

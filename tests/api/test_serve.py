@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from fanout.ports import free_port, listens
 from fanout.settings import Settings
-from fanout.stack import free_port
 from tests.api.conftest import SECRET, Graph, hs256
 from tests.conftest import run_cli, settings_env
 
@@ -47,7 +47,7 @@ def serving(settings: Settings, *args: str, **env: str) -> Iterator[tuple[str, l
         deadline = time.monotonic() + 30
         while True:
             try:
-                if get(f"{base}/healthz")[0] == 200:
+                if listens(process.pid, port) and get(f"{base}/healthz")[0] == 200:
                     break
             except OSError:
                 pass
