@@ -9,10 +9,14 @@ answers, and closes the connection:
   (at most one read past the limit is buffered: a read that ends one request and starts the
   next is not counted against the next);
 - 431 when a head has more than ``max_count`` headers, before the app sees the request;
-- 408 when a head that has begun is not complete within ``timeout_s``.
+- 408 when a head that has begun is not complete within ``timeout_s``;
+- the connection closed when a body is not all received within ``body_timeout_s`` of its
+  head (a route that reads its body answers 408 itself first, api/body.py; this catches a
+  body trickled to a route that answered without reading it, which would otherwise hold the
+  connection as long as the client kept sending).
 
 Between requests the connection is uvicorn's: idle keep-alive connections close after
-``timeout_keep_alive``. Bodies are the app's to bound (api/body.py).
+``timeout_keep_alive``. What a body may hold is the app's to bound (api/body.py).
 
 Built on uvicorn's own protocol class (``HttpToolsProtocol``), whose ``data_received`` this
 replaces with the same steps plus the bounds; tests/api/test_serve.py drives a real ``fanout
@@ -34,6 +38,7 @@ class HeadLimits:
     max_bytes: int
     max_count: int
     timeout_s: float
+    body_timeout_s: float
 
 
 class HeadRefused(Exception):
@@ -60,6 +65,7 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._header_count = 0
         self._ended_in_read = False  # a message ended within the read being parsed
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
@@ -104,22 +110,34 @@ class BoundedHttpTools(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._cancel_head_timer()
+        self._cancel_timers()
+        # A second later than the app's own body timeout, so that a route reading its body
+        # answers 408 before the connection goes.
+        self._body_timer = self.loop.call_later(
+            self.limits.body_timeout_s + 1, self._body_timed_out
+        )
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_head = True
         self._ended_in_read = True
+        self._cancel_timers()
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_head_timer()
+        self._cancel_timers()
         super().connection_lost(exc)
 
-    def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -130,7 +148,7 @@ class BoundedHttpTools(HttpToolsProtocol):
 
     def _refuse(self, refused: HeadRefused) -> None:
         """Answer and close: the rest of what the client sends is never parsed."""
-        self._cancel_head_timer()
+        self._cancel_timers()
         body = refused.reason.encode("ascii")
         self.transport.write(
             b"".join(

@@ -80,7 +80,8 @@ class ApiSettings(BaseSettings):
         30.0,
         gt=0,
         le=600,
-        description="POST /v1/events must receive its whole body within this long (408)",
+        description="a request body must arrive within this long: POST /v1/events answers "
+        "408, any other route's connection is closed a second later",
     )
     body_budget_mb: int = Field(
         256,

@@ -114,11 +114,14 @@ def check_config(host: str) -> str | None:
 
 
 def run_serve(host: str, port: int, workers: int, verbose: bool) -> int:
-    """uvicorn with the API's limits (docs/http-api-security.md): request heads bounded by
-    api/bounded_http.py, connections plus requests in progress by ``limit_concurrency`` (503
-    beyond), idle keep-alive connections closed after uvicorn's 5 s, and no ``server`` header."""
+    """uvicorn with the API's limits (docs/http-api-security.md): request heads and the time a
+    body may take bounded by api/bounded_http.py, connections plus requests in progress by
+    ``limit_concurrency`` (503 beyond), idle keep-alive connections closed after uvicorn's 5 s,
+    no WebSocket upgrades, and no ``server`` header."""
     api = ApiSettings()
-    limits = HeadLimits(api.max_header_bytes, api.max_headers, api.header_timeout_s)
+    limits = HeadLimits(
+        api.max_header_bytes, api.max_headers, api.header_timeout_s, api.body_timeout_s
+    )
     uvicorn.run(
         "fanout.serve_command:build_app",
         factory=True,
@@ -126,6 +129,7 @@ def run_serve(host: str, port: int, workers: int, verbose: bool) -> int:
         port=port,
         workers=workers,
         http=functools.partial(BoundedHttpTools, limits=limits),  # type: ignore[arg-type]
+        ws="none",  # no route speaks WebSocket: no upgrade reaches another protocol's parser
         limit_concurrency=api.limit_concurrency,
         server_header=False,
         access_log=verbose,  # request lines only: headers, and so tokens, are never logged

@@ -5,6 +5,7 @@ the server spending more than its limits, and the server goes on answering other
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import time
@@ -206,3 +207,28 @@ def test_no_redirect_repeats_the_host_header(client: TestClient) -> None:
         response = client.get(path, headers={"host": "evil.example"}, follow_redirects=False)
         assert response.status_code == 404, path
         assert "location" not in response.headers and "evil" not in response.text
+
+
+def test_a_body_trickled_to_a_route_that_does_not_read_it_holds_no_connection(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nx")
+    assert status_of(response_to(sock)) == 200  # answered at once, the body unread
+    started = time.monotonic()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        while time.monotonic() - started < 10:
+            sock.sendall(b"x")  # a byte now and then keeps no connection open
+            time.sleep(0.2)
+    assert time.monotonic() - started < 10, "the connection was never closed"
+
+
+def test_no_websocket_upgrade_is_taken(served: tuple[str, int, list[bytes]]) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert status_of(response_to(sock)) != 101
