@@ -107,7 +107,25 @@ async def read_json_body(
     timeout_s: float,
     retry_after_s: int,
 ) -> bytes:
-    """The whole body of a JSON request, or the problem of the first bound it breaks."""
+    """The whole body of a JSON request, or the problem of the first bound it breaks. Such a
+    problem closes the connection once sent (``Connection: close``): the rest of the body is
+    never read, and a client still sending it would otherwise wait on a connection the server
+    no longer reads."""
+    try:
+        return await _read(request, max_bytes, max_tokens, budget, timeout_s, retry_after_s)
+    except Problem as problem:
+        problem.headers = {**problem.headers, "Connection": "close"}
+        raise
+
+
+async def _read(
+    request: Request,
+    max_bytes: int,
+    max_tokens: int,
+    budget: BodyBudget,
+    timeout_s: float,
+    retry_after_s: int,
+) -> bytes:
     if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
         raise Problem(
             415,

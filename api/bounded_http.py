@@ -9,7 +9,9 @@ answers, and closes the connection:
   (at most one read past the limit is buffered: a read that ends one request and starts the
   next is not counted against the next);
 - 431 when a head has more than ``max_count`` headers, before the app sees the request;
-- 408 when a head that has begun is not complete within ``timeout_s``;
+- 408 when a head that has begun is not complete within ``timeout_s``, and the connection
+  closed, without an answer, when a new connection sends nothing for that long (a client
+  holding silent connections would otherwise use up ``limit_concurrency``);
 - the connection closed when a body is not all received within ``body_timeout_s`` of its
   head (a route that reads its body answers 408 itself first, api/body.py; this catches a
   body trickled to a route that answered without reading it, which would otherwise hold the
@@ -66,6 +68,10 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._ended_in_read = False  # a message ended within the read being parsed
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._head_timer = self.loop.call_later(self.limits.timeout_s, self._head_timed_out)
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
@@ -141,10 +147,14 @@ class BoundedHttpTools(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
-            self._refuse(
-                HeadRefused(408, f"a request head must arrive within {self.limits.timeout_s} s")
-            )
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self._head_bytes == 0:  # nothing of a head sent: nobody to answer
+            self.transport.close()
+            return
+        self._refuse(
+            HeadRefused(408, f"a request head must arrive within {self.limits.timeout_s} s")
+        )
 
     def _refuse(self, refused: HeadRefused) -> None:
         """Answer and close: the rest of what the client sends is never parsed."""

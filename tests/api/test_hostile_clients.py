@@ -132,6 +132,8 @@ def test_a_body_is_counted_before_it_is_parsed_and_refused_as_soon_as_it_cannot_
     sock.sendall(b"{}," * (1 << 18))
     response = response_to(sock)
     assert status_of(response) == 422 and b"JSON tokens" in response
+    assert b"connection: close" in response.lower()  # the rest is not waited for
+    assert answer(sock) == b""  # closed: a client still sending learns it at once
 
 
 def test_a_body_that_does_not_arrive_in_time_is_a_408(
@@ -232,3 +234,10 @@ def test_no_websocket_upgrade_is_taken(served: tuple[str, int, list[bytes]]) -> 
         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     assert status_of(response_to(sock)) != 101
+
+
+def test_a_connection_that_sends_nothing_is_closed(served: tuple[str, int, list[bytes]]) -> None:
+    host, port, _ = served
+    silent = [connect(host, port) for _ in range(20)]
+    for sock in silent:
+        assert answer(sock) == b""  # closed by the server, unanswered, within the head timeout
