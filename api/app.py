@@ -22,6 +22,7 @@ from api.context import ApiContext
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.openapi import document
 from api.problems import CatchAll, Problem, on_http_error, on_problem
+from api.recent import Recent
 from api.routes import ROUTES
 from api.settings import ApiSettings
 from graph.warm_reads import WarmReads
@@ -63,5 +64,7 @@ def create_app(
     app.router.redirect_slashes = False
     guard = Guard(TokenVerifier.from_settings(settings), settings.private_lists)
     budget = BodyBudget(settings.body_budget_mb << 20)
-    app.state.api = ApiContext(pool, guard, settings, metrics, render(document()), warm, budget)
+    app.state.api = ApiContext(
+        pool, guard, settings, metrics, render(document()), warm, budget, Recent()
+    )
     return app

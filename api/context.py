@@ -12,6 +12,7 @@ from api.auth import Guard
 from api.backends import BackendPool
 from api.body import BodyBudget
 from api.metrics import ApiMetrics
+from api.recent import Recent
 from api.settings import ApiSettings
 from graph.warm_reads import WarmReads
 
@@ -25,6 +26,7 @@ class ApiContext:
     openapi: bytes  # the document this app serves (api/openapi.py)
     warm: WarmReads | None  # timeline reads on the event loop when warm (graph/warm_reads.py)
     body_budget: BodyBudget  # request bodies being received (api/body.py)
+    readiness: Recent[dict[str, str]]  # /readyz's last checks, for a second
 
 
 def context(request: Request) -> ApiContext:

@@ -159,3 +159,36 @@ def test_every_api_setting_is_described_and_documented() -> None:
     for name, field in ApiSettings.model_fields.items():
         assert field.description, name
         assert f"`FANOUT_API_{name.upper()}`" in docs, name
+
+
+def test_public_probes_ask_the_backends_once_a_second_however_many_ask(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/readyz, /v1/stats and /metrics are public: a flood of them costs the backends and the
+    event loop one round a second per process (api/recent.py), on a clock held still here."""
+    from api import recent
+    from api.routes import health
+
+    now = [1000.0]
+    monkeypatch.setattr(recent.time, "monotonic", lambda: now[0])
+    calls: list[str] = []
+    probes = {name: _counted(calls, name, probe) for name, probe in health.PROBES.items()}
+    monkeypatch.setattr(health, "PROBES", probes)
+    for _ in range(20):
+        assert client.get("/readyz").status_code == 200
+        client.get("/v1/stats")
+        client.get("/metrics")
+    assert sorted(calls) == ["edge_store", "kafka", "memcached"]
+    first = client.get("/metrics").text
+    now[0] += 1.0
+    client.get("/readyz")
+    assert len(calls) == 6
+    assert client.get("/metrics").text != first  # rendered again: the counts moved
+
+
+def _counted(calls: list[str], name: str, probe: Any) -> Any:
+    def counted(*args: Any) -> None:
+        calls.append(name)
+        probe(*args)
+
+    return counted
