@@ -64,6 +64,7 @@ def test_the_served_api_keeps_to_its_openapi_document(
                 str(tmp_path),
             ],
             capture_output=True,
+            cwd=tmp_path,  # its cache (.schemathesis/) goes there
             timeout=300,
             check=False,
             env=os.environ | {"NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""},
