@@ -17,10 +17,12 @@ from starlette.middleware import Middleware
 
 from api.auth import Guard, TokenVerifier
 from api.backends import BackendPool, Backends
+from api.body import BodyBudget
 from api.context import ApiContext
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.openapi import document
 from api.problems import CatchAll, Problem, on_http_error, on_problem
+from api.recent import Recent
 from api.routes import ROUTES
 from api.settings import ApiSettings
 from graph.timelines.warm_reads import WarmReads
@@ -57,6 +59,12 @@ def create_app(
         exception_handlers={Problem: on_problem, HTTPException: on_http_error},
         lifespan=lifespan,
     )
+    # No redirect from /path/ to /path: Starlette builds its Location from the request's Host
+    # header, which a client chooses, so a redirect would point wherever the client said.
+    app.router.redirect_slashes = False
     guard = Guard(TokenVerifier.from_settings(settings), settings.private_lists)
-    app.state.api = ApiContext(pool, guard, settings, metrics, render(document()), warm)
+    budget = BodyBudget(settings.body_budget_mb << 20)
+    app.state.api = ApiContext(
+        pool, guard, settings, metrics, render(document()), warm, budget, Recent()
+    )
     return app

@@ -1,8 +1,11 @@
 """Bearer tokens (JWT, checked with PyJWT) and who may do what.
 
-Keys come from settings: an HS256 secret, or a PEM public key whose type picks the one
-algorithm accepted (RSA: RS256, EC P-256: ES256); a token signed any other way, ``none``
-included, is refused. Claims: ``sub`` (the user id) and ``scope`` (space-separated).
+Keys come from settings: an HS256 secret (at least 32 bytes, api/settings.py), or a PEM public
+key whose type picks the one algorithm accepted (RSA: RS256, EC P-256: ES256); a token signed
+any other way, ``none`` included, is refused. Claims: ``sub`` (the user id), ``scope``
+(space-separated) and ``exp``, required: a token without one, or whose ``exp`` is further from
+now than ``FANOUT_API_JWT_MAX_LIFETIME_S``, is refused, so no token is good forever and a
+leaked one is good for a bounded time.
 
 Rules: a home timeline is served to its owner or to a token with ``fanout:read-all``; follower
 and following lists are public unless ``FANOUT_API_PRIVATE_LISTS`` (then any valid token);
@@ -17,7 +20,9 @@ carry the token.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -48,21 +53,32 @@ class TokenVerifier:
         self,
         key: str | rsa.RSAPublicKey | ec.EllipticCurvePublicKey,
         algorithm: str,
+        max_lifetime_s: int,
         audience: str | None = None,
         issuer: str | None = None,
     ) -> None:
         """``audience``/``issuer``: when set, tokens must carry that ``aud``/``iss`` — what
         keeps a token minted by a shared issuer for another service from being accepted here.
-        An ``exp``, when present, is always checked."""
+        ``exp`` is required, checked, and at most ``max_lifetime_s`` from now."""
         self._key = key
         self.algorithm = algorithm
+        self.max_lifetime_s = max_lifetime_s
         self.audience = audience
         self.issuer = issuer
-        self._required = ["sub", *(["aud"] if audience else []), *(["iss"] if issuer else [])]
+        self._required = [
+            "sub",
+            "exp",
+            *(["aud"] if audience else []),
+            *(["iss"] if issuer else []),
+        ]
 
     @classmethod
     def from_settings(cls, settings: ApiSettings) -> TokenVerifier | None:
-        claims = {"audience": settings.jwt_audience, "issuer": settings.jwt_issuer}
+        claims: dict[str, Any] = {
+            "max_lifetime_s": settings.jwt_max_lifetime_s,
+            "audience": settings.jwt_audience,
+            "issuer": settings.jwt_issuer,
+        }
         if settings.jwt_secret is not None:
             return cls(settings.jwt_secret.get_secret_value(), "HS256", **claims)
         if settings.jwt_public_key is None:
@@ -89,6 +105,12 @@ class TokenVerifier:
             )
         except jwt.PyJWTError as exc:
             raise unauthorized(f"invalid token: {exc}", "invalid_token") from None
+        if claims["exp"] > time.time() + self.max_lifetime_s:
+            raise unauthorized(
+                f"invalid token: exp is more than {self.max_lifetime_s} s away "
+                "(FANOUT_API_JWT_MAX_LIFETIME_S)",
+                "invalid_token",
+            )
         sub, scope = claims["sub"], claims.get("scope", "")
         if not isinstance(sub, str) or not isinstance(scope, str):
             raise unauthorized("invalid token: sub and scope must be strings", "invalid_token")

@@ -25,6 +25,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
+from api.recent import Recent
+
 
 @dataclass(frozen=True, slots=True)
 class WatchedGroup:
@@ -37,8 +39,10 @@ class WatchedGroup:
 
 class ConsumerLag:
     """Shared by every API thread of a process (one Kafka client per watched group, opened on
-    first use, not one per thread); reads are serialised by a lock: the page polls every few
-    seconds, so they never queue for long."""
+    first use, not one per thread); reads are serialised by a lock, and a snapshot is answered
+    again for a second (api/recent.py: /v1/stats is public, and a fresh one asks the broker for
+    every group's offsets), so a thread waiting for the lock gets the one just taken. Rates
+    stay right: they divide by the snapshots' own ``at``."""
 
     def __init__(
         self,
@@ -53,13 +57,16 @@ class ConsumerLag:
         self._timeout = timeout_s
         self._lock = threading.Lock()
         self._clients: dict[str, Consumer] = {}
+        self._last: Recent[dict[str, Any]] = Recent()
 
     def snapshot(self) -> dict[str, Any]:
         """``{"at": ms, "consumers": [...]}``; raises ``KafkaException`` when the broker does
         not answer within the timeout."""
         with self._lock:
+            if (kept := self._last.get()) is not None:
+                return kept
             consumers = [self._group(group) for group in self._groups]
-        return {"at": int(time.time() * 1000), "consumers": consumers}
+            return self._last.put({"at": int(time.time() * 1000), "consumers": consumers})
 
     def close(self) -> None:
         """Idempotent: every API thread's backends call it when the app stops."""

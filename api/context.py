@@ -1,6 +1,6 @@
 """What every route needs, kept on the app's state: the backend threads, the warm reads, the
-access rules, the settings, the metrics and the OpenAPI document. One per app, so several apps
-can live in one process (tests)."""
+access rules, the settings, the metrics, the OpenAPI document and the budget of request bodies.
+One per app, so several apps can live in one process (tests)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from starlette.requests import Request
 
 from api.auth import Guard
 from api.backends import BackendPool
+from api.body import BodyBudget
 from api.metrics import ApiMetrics
+from api.recent import Recent
 from api.settings import ApiSettings
 from graph.timelines.warm_reads import WarmReads
 
@@ -22,9 +24,9 @@ class ApiContext:
     settings: ApiSettings
     metrics: ApiMetrics
     openapi: bytes  # the document this app serves (api/openapi.py)
-    warm: (
-        WarmReads | None
-    )  # timeline reads on the event loop when warm (graph/timelines/warm_reads.py)
+    warm: WarmReads | None  # the event loop's timeline reads (graph/timelines/warm_reads.py)
+    body_budget: BodyBudget  # request bodies being received (api/body.py)
+    readiness: Recent[dict[str, str]]  # /readyz's last checks, for a second
 
 
 def context(request: Request) -> ApiContext:

@@ -70,6 +70,8 @@ def limit_param(default: int) -> dict[str, Any]:
     return param("limit", "query", "entries per page", schema)
 
 
-CURSOR_PARAM = param(
-    "cursor", "query", "the `next` of the previous page", {"type": "string", "maxLength": 512}
-)
+def cursor_param(pattern: str, description: str) -> dict[str, Any]:
+    """The published rule is the one the route applies: any string the pattern admits is a
+    cursor the route accepts (a place in the list, whether or not a page ended there)."""
+    schema = {"type": "string", "pattern": pattern.removesuffix("$") + "(?!\\n)$"}
+    return param("cursor", "query", description, schema)

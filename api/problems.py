@@ -1,10 +1,11 @@
 """RFC 9457 problem details: every error this API returns is ``application/problem+json``.
 
-A ``Problem`` raised anywhere in a request becomes its response. ``catch_all`` turns everything
+A ``Problem`` raised anywhere in a request becomes its response. ``CatchAll`` turns everything
 else into one too, so no client ever sees a traceback: failures that graph/failures.py calls
 transient (memcached or the store unreachable, busy or restarting) become 503 with
 ``Retry-After``; anything else is a 500 that names nothing internal and is logged here, with
-its traceback, for the operator.
+its traceback, for the operator. A client that disconnected before its request was read gets
+nothing and is no error of ours.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -126,6 +127,10 @@ class CatchAll:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:
+            # The client went away while sending its body: nobody is left to answer, and it
+            # is the client's doing, not a failure of ours (metrics count it as 499).
+            log.debug("client disconnected before its request was read: %s", scope["path"])
         except Exception as exc:
             if started:
                 raise

@@ -52,10 +52,12 @@ def problems(*statuses: int) -> dict[str, Any]:
         401: "a token is needed and missing or invalid",
         403: "the token may not do this",
         404: "unknown user",
+        408: "the body did not arrive in time",
         413: "body too large",
         415: "body is not application/json",
         422: "events break their rules (each error names the index, field and rule)",
-        503: "memcached, the store or the broker is unreachable; see Retry-After",
+        503: "memcached, the store or the broker is unreachable, or the server is busy; see "
+        "Retry-After",
     }
     found: dict[str, Any] = {}
     for status in statuses:

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from fanout.ports import free_port
@@ -24,12 +25,27 @@ def answers(url: str) -> bool:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    base: str  # http://127.0.0.1:PORT
+    pid: int  # the server's process (with --workers 1, the one that answers)
+
+
 @contextlib.contextmanager
 def api_server(
     settings: Settings, *args: str, log: Path | None = None, **env: str
 ) -> Iterator[str]:
     """Yields the base URL. ``args`` go to ``fanout serve``; ``env`` adds variables (e.g.
     ``FANOUT_API_THREADS``)."""
+    with api_process(settings, *args, log=log, **env) as served:
+        yield served.base
+
+
+@contextlib.contextmanager
+def api_process(
+    settings: Settings, *args: str, log: Path | None = None, **env: str
+) -> Iterator[Served]:
+    """``api_server``, also naming the process (for its CPU time)."""
     port = free_port()
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     process = subprocess.Popen(
@@ -47,7 +63,7 @@ def api_server(
             if time.monotonic() > deadline:
                 raise RuntimeError("fanout serve did not answer /healthz within 60 s")
             time.sleep(0.1)
-        yield base
+        yield Served(base, process.pid)
     finally:
         process.terminate()
         try:

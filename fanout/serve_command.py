@@ -8,6 +8,7 @@ reachable from other machines would let anyone read any timeline and publish as 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from starlette.applications import Starlette
 from api.app import create_app
 from api.auth import AuthConfigError, TokenVerifier
 from api.backends import Backends
+from api.bounded_http import BoundedHttpTools, HeadLimits
 from api.consumer_lag import ConsumerLag, WatchedGroup
 from api.settings import ApiSettings
 from fanout import gc_policy, wiring
@@ -99,7 +101,12 @@ def check_config(host: str) -> str | None:
     try:
         api = ApiSettings()
         TokenVerifier.from_settings(api)
-    except (ValidationError, AuthConfigError) as exc:
+    except ValidationError as exc:  # each broken rule, without the value (it may be a secret)
+        broken = exc.errors(include_input=False, include_url=False)
+        return "API settings: " + "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in broken
+        )
+    except AuthConfigError as exc:
         return f"API settings: {exc}"
     if not api.auth_configured and not is_loopback(host):
         return OPEN_REFUSED.format(host=host)
@@ -107,12 +114,24 @@ def check_config(host: str) -> str | None:
 
 
 def run_serve(host: str, port: int, workers: int, verbose: bool) -> int:
+    """uvicorn with the API's limits (docs/http-api-security.md): request heads and the time a
+    body may take bounded by api/bounded_http.py, connections plus requests in progress by
+    ``limit_concurrency`` (503 beyond), idle keep-alive connections closed after uvicorn's 5 s,
+    no WebSocket upgrades, and no ``server`` header."""
+    api = ApiSettings()
+    limits = HeadLimits(
+        api.max_header_bytes, api.max_headers, api.header_timeout_s, api.body_timeout_s
+    )
     uvicorn.run(
         "fanout.serve_command:build_app",
         factory=True,
         host=host,
         port=port,
         workers=workers,
+        http=functools.partial(BoundedHttpTools, limits=limits),  # type: ignore[arg-type]
+        ws="none",  # no route speaks WebSocket: no upgrade reaches another protocol's parser
+        limit_concurrency=api.limit_concurrency,
+        server_header=False,
         access_log=verbose,  # request lines only: headers, and so tokens, are never logged
         log_level="info" if verbose else "warning",
     )

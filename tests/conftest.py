@@ -137,11 +137,16 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 def run_cli(
-    settings: Settings, *args: str, timeout: float = 120, stdin: bytes | None = None
+    settings: Settings,
+    *args: str,
+    timeout: float = 120,
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
+    """``env`` adds variables to the settings' environment."""
     return subprocess.run(
         [sys.executable, "-m", "fanout", *args],
-        env=settings_env(settings),
+        env=settings_env(settings) | (env or {}),
         input=stdin,
         capture_output=True,
         timeout=timeout,

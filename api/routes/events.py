@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from api.backends import Backends
+from api.body import read_json_body
 from api.context import context
 from api.problems import FieldError, Problem, unavailable
 from api.routing import ApiRoute, dumps, json_response, problems, ref, responds
@@ -25,25 +26,10 @@ from schemas.topics import APP_TYPES, admit
 MAX_EVENTS = 1000
 # 1000 posts with 4096-character texts, JSON-escaped: the largest batch the rules allow.
 MAX_BODY_BYTES = 32 * 1024 * 1024
-
-
-async def read_body(request: Request) -> bytes:
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
-        raise Problem(
-            415,
-            "unsupported-media-type",
-            "Unsupported media type",
-            "send the events as application/json",
-        )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise Problem(
-                413, "too-large", "Content too large", f"a body is at most {MAX_BODY_BYTES} bytes"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
+# An event is a flat object of at most MAX_FIELDS fields: "{", a key, ":" and a value (two
+# strings at most) per field, a "," between fields; and a "," between events, "[" around them.
+MAX_FIELDS = max(len(model.model_fields) for model in EVENT_TYPES.values())
+MAX_TOKENS = MAX_EVENTS * (4 * MAX_FIELDS + 1) + 1
 
 
 def parse(body: bytes) -> list[AnyEvent]:
@@ -100,7 +86,15 @@ def publish(backends: Backends, events: list[AnyEvent], timeout: float, retry: i
 async def post_events(request: Request) -> Response:
     ctx = context(request)
     who = ctx.guard.publisher(request)
-    events = parse(await read_body(request))
+    body = await read_json_body(
+        request,
+        max_bytes=MAX_BODY_BYTES,
+        max_tokens=MAX_TOKENS,
+        budget=ctx.body_budget,
+        timeout_s=ctx.settings.body_timeout_s,
+        retry_after_s=ctx.settings.retry_after_s,
+    )
+    events = parse(body)
     ctx.guard.publish_for(who, events)
     # The producer's own message timeout is the API's (see fanout/serve_command.py), so every
     # event has its delivery report by then: the flush waits a little longer than that.
@@ -144,7 +138,7 @@ ROUTES = (
             },
             "responses": {
                 **responds(202, "Accepted", "every event acknowledged by the broker"),
-                **problems(400, 401, 403, 413, 415, 422, 503),
+                **problems(400, 401, 403, 408, 413, 415, 422, 503),
             },
         },
     ),

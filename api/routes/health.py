@@ -1,10 +1,16 @@
 """``/healthz`` (the process answers) and ``/readyz`` (memcached, the edge store and Kafka all
 answer within ``FANOUT_API_READY_TIMEOUT_S``), for orchestrators: a replica that is alive but
-not ready is taken out of rotation instead of being restarted."""
+not ready is taken out of rotation instead of being restarted.
+
+``/readyz`` is public, so it says which dependency failed and how (no answer in time, or
+failed), never where: the error, which names addresses and topologies, goes to the log. Its
+outcome is answered again for a second (api/recent.py), so a flood of anonymous probes costs
+the backends one round a second per process."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +23,7 @@ from api.problems import unavailable
 from api.routing import ApiRoute, dumps, json_response, problems, responds
 
 PROBE_USER = "readyz"
+log = logging.getLogger("fanout.api")
 
 
 def _memcached(backends: Backends, timeout: float) -> None:
@@ -46,17 +53,21 @@ async def readyz(request: Request) -> Response:
     ctx = context(request)
     timeout = ctx.settings.ready_timeout_s
 
-    async def check(probe: Callable[[Backends, float], None]) -> str:
+    async def check(name: str, probe: Callable[[Backends, float], None]) -> str:
         try:
             await asyncio.wait_for(ctx.pool.run(probe, timeout), timeout)
         except TimeoutError:
+            log.warning("readyz: %s: no answer within %s s", name, timeout)
             return f"no answer within {timeout} s"
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"[:300]
+            log.warning("readyz: %s failed: %s: %s", name, type(exc).__name__, exc)
+            return "failed (see the server's log)"
         return "ok"
 
-    outcomes = await asyncio.gather(*(check(probe) for probe in PROBES.values()))
-    checks = dict(zip(PROBES, outcomes, strict=True))
+    checks = ctx.readiness.get()
+    if checks is None:
+        outcomes = await asyncio.gather(*(check(n, probe) for n, probe in PROBES.items()))
+        checks = ctx.readiness.put(dict(zip(PROBES, outcomes, strict=True)))
     if any(outcome != "ok" for outcome in checks.values()):
         failing = ", ".join(name for name, outcome in checks.items() if outcome != "ok")
         raise unavailable(ctx.settings.retry_after_s, f"not ready: {failing}", {"checks": checks})

@@ -14,10 +14,14 @@ from api.routing import ApiRoute, Endpoint
 
 STATIC = files("api") / "static"
 # Only this origin's script, styles inline in the page, fetches to this origin: an injected
-# string could run nothing.
+# string could run nothing. No other site may frame the page (a token is pasted into it:
+# clickjacking), and no address leaves it in a Referer (the fragment names a user).
 HEADERS = {
     "Cache-Control": "no-cache",
-    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'; object-src 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
 

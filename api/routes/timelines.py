@@ -12,19 +12,23 @@ from api.context import context
 from api.problems import Problem, invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
+from graph.timelines.entries import CURSOR_PATTERN, TimelineEntry
 from graph.timelines.reader import BadCursor, TimelinePage
 
 DEFAULT_LIMIT = 50
 
 
 def read_page(backends: Backends, user: str, limit: int, cursor: str | None) -> bytes:
-    """The blocking read, on a backend thread: any page, and the 404 of an unknown user."""
+    """The blocking read, on a backend thread: any page, and the 404 of an unknown user. The
+    user is checked first (one store lookup): a read that came here may build the user's
+    following list and timeline in memcached, which an unknown user must not cost."""
     try:
+        if cursor is not None:
+            TimelineEntry.from_cursor(cursor)  # a broken cursor is a 400 whoever the user is
+        require_known(backends, [("user", user)])
         page = backends.timelines.page(user, limit, cursor)
     except BadCursor:
         raise bad_cursor() from None
-    if not page.entries:
-        require_known(backends, [("user", user)])
     return rendered(page)
 
 
@@ -75,7 +79,11 @@ ROUTES = (
             "parameters": [
                 params.user_param("user", "the timeline's owner"),
                 params.limit_param(DEFAULT_LIMIT),
-                params.CURSOR_PARAM,
+                params.cursor_param(
+                    CURSOR_PATTERN,
+                    "the `next` of the previous page (time!author!post_id): posts older than "
+                    "that entry are shown",
+                ),
             ],
             "responses": {
                 **responds(200, "TimelinePage", "a page (empty for a known user with no posts)"),

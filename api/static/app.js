@@ -8,6 +8,9 @@ const TIMELINE_PAGE = 20;
 const LIST_PAGE = 50;
 const STATS_EVERY_MS = 3000;
 const TOKEN_KEY = "fanout-token";
+// A user id, as the API's rule says; "." and ".." are ids too, but as a path segment the
+// browser would resolve them (to /v1/users/../followers = /v1/followers): not shown here.
+const USER_ID = /^[A-Za-z0-9_.:@-]{1,64}$/;
 
 const $ = (id) => document.getElementById(id);
 let current = null; // the user shown
@@ -15,7 +18,20 @@ let previousStats = null; // the last /v1/stats snapshot, for rates
 
 class ApiError extends Error {}
 
+class BadUser extends Error {}
+
+function checkedUser(user) {
+  if (!USER_ID.test(user) || user === "." || user === "..") {
+    throw new BadUser(`not a user id this page can show: ${JSON.stringify(user.slice(0, 80))}`);
+  }
+  return user;
+}
+
 async function api(path) {
+  // The token goes only where the path says: a path the URL parser would rewrite is refused.
+  if (new URL(path, location.origin).pathname !== path.split("?")[0]) {
+    throw new ApiError(`refused to fetch ${path}`);
+  }
   const headers = { Accept: "application/json" };
   const token = $("token").value.trim();
   if (token) headers.Authorization = "Bearer " + token;
@@ -109,6 +125,12 @@ const followers = members("followers");
 const following = members("following");
 
 async function show(user) {
+  try {
+    checkedUser(user);
+  } catch (error) {
+    showError(error);
+    return;
+  }
   current = user;
   $("user").value = user;
   $("current-user").textContent = user;
@@ -120,9 +142,17 @@ async function show(user) {
   showError(failed ? failed.reason : null);
 }
 
+// The user in the fragment, or null (and the reason shown) when there is none or it is not one
+// the page can show: a malformed fragment must not stop the page from loading.
 function userFromHash() {
   const match = /^#user=(.+)$/.exec(location.hash);
-  return match ? decodeURIComponent(match[1]) : null;
+  if (!match) return null;
+  try {
+    return checkedUser(decodeURIComponent(match[1]));
+  } catch (error) {
+    showError(error instanceof URIError ? new BadUser("the #user= in the address is not valid") : error);
+    return null;
+  }
 }
 
 async function refreshStats() {

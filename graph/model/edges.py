@@ -124,7 +124,15 @@ class EdgeStore(Protocol):
         self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
     ) -> list[str]: ...
 
-    def counts(self, user: str) -> EdgeCounts: ...
+    def counts(self, user: str) -> EdgeCounts:
+        """Active followers and following, kept by the store as edges change state: one
+        lookup whatever the lists' sizes (each store's module says how exact)."""
+        ...
+
+    def recounted(self, user: str) -> EdgeCounts:
+        """The same counts computed from the edges (a scan of both lists): what ``counts``
+        must equal once writers are done."""
+        ...
 
     def is_following(self, follower: str, followee: str) -> bool: ...
 

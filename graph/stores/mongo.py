@@ -19,10 +19,25 @@ of the insert dropped its write even when its position was the newer one.)
 "following of X" is either a reverse index on the same collection (``following_mode="index"``,
 fine while the graph fits one shard) or a separate ``following`` collection holding the flipped
 edges (``"collection"``), so that each collection can be sharded by its own key.
+
+``edge_counts`` holds each user's active follower and following counts (``{_id: user,
+followers, following}``), read in one lookup. Without multi-document transactions a count
+cannot change atomically with its edge, so every edge document also records whether it is
+counted (``c``), and a count moves only with a flip of that mark: after its writes, ``apply``
+(and ``remove_user``) settles each edge it touched, flipping ``c`` to ``a`` with a conditional
+update that names the state it read (``{_id, a, c}``), and adds +1/-1 for each flip it made.
+A flip is made by exactly one settler however many race (the update is atomic on the document,
+and a document whose ``a`` moved meanwhile no longer matches), and the last writer of an edge
+settles after its own write, so once writers are done ``c == a`` everywhere and each count is
+the number of its counted edges: exact under concurrent consumers, replays and
+unfollow/refollow races. Not across a crash: a process that dies between its flips and the
+``$inc`` that follows them loses those deltas (at most one batch's flips; a redelivered batch
+finds its edges settled). ``recounted`` computes the true counts from the edges.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -50,6 +65,16 @@ FollowingMode = Literal["index", "collection"]
 Doc = Mapping[str, Any]
 
 
+# FerretDB v1.24.2 (the Mongo-protocol server the tests run on) never answers an update command
+# of 100 or more updates; below that it answers. Against FerretDB alone, update batches are cut
+# to this size; against MongoDB a batch is one command (pymongo splits at the server's limit).
+FERRETDB_UPDATE_BATCH = 99
+
+
+def _update_batch(db: Database[Any]) -> int | None:
+    return FERRETDB_UPDATE_BATCH if "ferretdbVersion" in db.command("buildInfo") else None
+
+
 def _older_than(pos: int) -> dict[str, Any]:
     return {"p": {"$lt": pos}}
 
@@ -65,13 +90,21 @@ class MongoEdgeStore(StoreQueries):
     def __init__(self, db: Database[Any], following_mode: FollowingMode = "collection") -> None:
         self._db = db
         self._mode = following_mode
+        self._update_batch = _update_batch(db)
         self._followers: Collection[Any] = db["followers"]
         self._users: Collection[Any] = db["users"]
         self._posts: Collection[Any] = db["posts"]
+        self._counts: Collection[Any] = db["edge_counts"]
         self._following: Collection[Any] = (
             db["following"] if following_mode == "collection" else self._followers
         )
         self._ensure_indexes()
+
+    def _update_many(self, collection: Collection[Any], ops: Sequence[UpdateOne]) -> None:
+        """Unordered updates: one command, or batches of ``FERRETDB_UPDATE_BATCH`` on FerretDB."""
+        step = self._update_batch or len(ops) or 1
+        for start in range(0, len(ops), step):
+            collection.bulk_write(list(ops[start : start + step]), ordered=False)
 
     def _ensure_indexes(self) -> None:
         # Unique (_f, _t) guards idempotence; (_f, a, _t, _g) makes the active-member queries
@@ -123,7 +156,7 @@ class MongoEdgeStore(StoreQueries):
             for i in existing
         ]
         if raise_if_older:
-            collection.bulk_write(raise_if_older, ordered=False)
+            self._update_many(collection, raise_if_older)
 
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
         """Without multi-document transactions, removals are made atomic by ordering (the
@@ -143,6 +176,7 @@ class MongoEdgeStore(StoreQueries):
         }
         for (follower, followee), pos in late.items():
             self._switch_off({"_f": followee, "_t": follower}, pos)
+        self._settle_counts([c.edge for c in live])
         return [c for c in live if c.edge not in late]
 
     def _switch_off(self, edge: dict[str, str], pos: int) -> None:
@@ -179,7 +213,61 @@ class MongoEdgeStore(StoreQueries):
             following = [d["_f"] for d in found]
         else:
             following = [d["_t"] for d in self._following.find({"_f": user, **off}, {"_t": 1})]
+        self._settle_counts([(f, user) for f in followers] + [(user, f) for f in following])
         return RemovedUser(tuple(followers), tuple(following))
+
+    def _settle_counts(self, edges: Sequence[tuple[str, str]]) -> None:
+        """Bring each ``(follower, followee)`` edge's counted mark to its state, counting the
+        flips this call made (see the module's docstring for why that is exact)."""
+        if not edges:
+            return
+        deltas: Counter[tuple[str, str]] = Counter()
+        # (collection, its documents' keys as (_f, _t), the counts each _f/_t end moves)
+        sides: list[tuple[Collection[Any], list[tuple[str, str]], tuple[str | None, ...]]]
+        by_followee = [(followee, follower) for follower, followee in edges]
+        if self._mode == "index":
+            sides = [(self._followers, by_followee, ("followers", "following"))]
+        else:
+            sides = [
+                (self._followers, by_followee, ("followers", None)),
+                (self._following, list(edges), ("following", None)),
+            ]
+        for collection, keys, fields in sides:
+            for doc in self._unsettled(collection, keys):
+                counted = {"$ne": True} if not doc.get("c") else True
+                flipped = collection.find_one_and_update(
+                    {"_id": doc["_id"], "a": doc["a"], "c": counted},
+                    {"$set": {"c": doc["a"]}},
+                )
+                if flipped is not None:
+                    for end, field in zip(("_f", "_t"), fields, strict=True):
+                        if field is not None:
+                            deltas[(doc[end], field)] += 1 if doc["a"] else -1
+        moved = sorted((key, delta) for key, delta in deltas.items() if delta)
+        if not moved:
+            return
+        # As with edges: create what is missing, then change what exists (no upsert races).
+        users = sorted({user for (user, _), _ in moved})
+        self._insert_absent(
+            self._counts, [{"_id": u, "followers": 0, "following": 0} for u in users]
+        )
+        ops = [UpdateOne({"_id": user}, {"$inc": {field: delta}}) for (user, field), delta in moved]
+        self._update_many(self._counts, ops)
+
+    @staticmethod
+    def _unsettled(collection: Collection[Any], keys: Sequence[tuple[str, str]]) -> list[Doc]:
+        """The documents among ``keys`` (``(_f, _t)``) whose counted mark differs from their
+        state, read a few hundred keys per query."""
+        found: list[Doc] = []
+        unique = sorted(set(keys))
+        for start in range(0, len(unique), 400):
+            chunk = unique[start : start + 400]
+            docs = collection.find(
+                {"$or": [{"_f": f, "_t": t} for f, t in chunk]},
+                {"_f": 1, "_t": 1, "a": 1, "c": 1},
+            )
+            found += [d for d in docs if bool(d.get("c")) != bool(d["a"])]
+        return found
 
     def snapshot(self, ref: ListRef) -> Snapshot:
         if ref.kind is ListKind.FOLLOWERS:
@@ -226,6 +314,11 @@ class MongoEdgeStore(StoreQueries):
         return self._page(self._following, "_f", "_t", user, group, after, limit)
 
     def counts(self, user: str) -> EdgeCounts:
+        """One lookup in the maintained counts, whatever the lists' sizes."""
+        doc = self._counts.find_one({"_id": user}) or {}
+        return EdgeCounts(doc.get("followers", 0), doc.get("following", 0))
+
+    def recounted(self, user: str) -> EdgeCounts:
         following_key = "_t" if self._mode == "index" else "_f"
         return EdgeCounts(
             self._followers.count_documents({"_f": user, "a": True}),
@@ -237,8 +330,12 @@ class MongoEdgeStore(StoreQueries):
         return doc is not None
 
     def users(self) -> Iterator[str]:
-        names = set(self._followers.distinct("_f"))
-        names.update(self._followers.distinct("_t"))
+        """Grouped by an aggregation, not ``distinct``: a distinct answer is one document, and
+        MongoDB refuses one past 16 MB (some 200k-500k user ids); a cursor has no such limit."""
+        names: set[str] = set()
+        for end in ("$_f", "$_t"):
+            pipeline = [{"$group": {"_id": end}}]
+            names.update(d["_id"] for d in self._followers.aggregate(pipeline, allowDiskUse=True))
         yield from sorted(names)
 
     def known_users(self, users: Iterable[str]) -> set[str]:
@@ -291,7 +388,7 @@ class MongoEdgeStore(StoreQueries):
     def add_celebrities(self, users: Iterable[str]) -> None:
         ops = [UpdateOne({"_id": u}, {"$set": {"celeb": True}}, upsert=True) for u in users]
         if ops:  # filtered on _id alone: MongoDB retries a duplicate-key upsert by itself
-            self._users.bulk_write(ops, ordered=False)
+            self._update_many(self._users, ops)
 
     def celebrities(self) -> set[str]:
         return {d["_id"] for d in self._users.find({"celeb": True}, {"_id": 1})}

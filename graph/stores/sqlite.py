@@ -2,7 +2,18 @@
 
 ``edges`` is clustered on (followee, follower) so "followers of X" reads one contiguous range of
 the primary key (SQLite's covered query); the (follower, active, followee) index serves
-"following of X" the same way. WAL mode lets several consumer processes share the file.
+"following of X" the same way, and a partial index of the active edges by (followee, follower)
+serves a page of followers past a cursor without stepping over unfollowed edges. WAL mode lets
+several consumer processes share the file.
+
+``edge_counts`` holds each user's active follower and following counts, kept by triggers on
+``edges``: an insert of an active edge adds one to both ends, an update that flips ``active``
+adds or takes one, so a count changes in the same transaction as the edge whose state changed
+and only when it changed (a replay or a stale write flips nothing). SQLite runs one writer at a
+time, so concurrent consumers cannot interleave inside that transaction: the counts are exact
+whatever the writers' order (tests/graph/test_sqlite_counts.py runs two processes against one
+file). A file written before the table existed gets it, filled from ``edges``, in the one
+transaction that creates it.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ CREATE TABLE IF NOT EXISTS edges (
 ) WITHOUT ROWID;
 DROP INDEX IF EXISTS edges_following;
 CREATE INDEX IF NOT EXISTS edges_following_at ON edges (follower, active, followee, grp, pos);
+CREATE INDEX IF NOT EXISTS edges_active_followers ON edges (followee, follower) WHERE active = 1;
 CREATE TABLE IF NOT EXISTS users (
     id TEXT PRIMARY KEY,
     removed INTEGER NOT NULL
@@ -52,6 +64,40 @@ CREATE TABLE IF NOT EXISTS posts (
 CREATE INDEX IF NOT EXISTS posts_recent ON posts (author, ts);
 CREATE TABLE IF NOT EXISTS celebrities (id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
+
+# Created together, in one IMMEDIATE transaction, the first time a file is opened without them
+# (``_ensure_counts``): the last statement fills the counts from the edges already there.
+COUNTS = (
+    """CREATE TABLE edge_counts (
+        id TEXT PRIMARY KEY,
+        followers INTEGER NOT NULL,
+        following INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TRIGGER edges_count_insert AFTER INSERT ON edges WHEN NEW.active = 1 BEGIN
+        INSERT INTO edge_counts VALUES (NEW.followee, 1, 0)
+            ON CONFLICT (id) DO UPDATE SET followers = followers + 1;
+        INSERT INTO edge_counts VALUES (NEW.follower, 0, 1)
+            ON CONFLICT (id) DO UPDATE SET following = following + 1;
+    END""",
+    """CREATE TRIGGER edges_count_flip AFTER UPDATE OF active ON edges
+    WHEN NEW.active != OLD.active BEGIN
+        INSERT INTO edge_counts VALUES (NEW.followee, NEW.active - OLD.active, 0)
+            ON CONFLICT (id) DO UPDATE SET followers = followers + excluded.followers;
+        INSERT INTO edge_counts VALUES (NEW.follower, 0, NEW.active - OLD.active)
+            ON CONFLICT (id) DO UPDATE SET following = following + excluded.following;
+    END""",
+    """CREATE TRIGGER edges_count_delete AFTER DELETE ON edges WHEN OLD.active = 1 BEGIN
+        UPDATE edge_counts SET followers = followers - 1 WHERE id = OLD.followee;
+        UPDATE edge_counts SET following = following - 1 WHERE id = OLD.follower;
+    END""",
+    """INSERT INTO edge_counts (id, followers, following)
+    SELECT id, sum(followers), sum(following) FROM (
+        SELECT followee AS id, count(*) AS followers, 0 AS following
+        FROM edges WHERE active = 1 GROUP BY followee
+        UNION ALL
+        SELECT follower, 0, count(*) FROM edges WHERE active = 1 GROUP BY follower
+    ) GROUP BY id""",
+)
 
 T = TypeVar("T")
 
@@ -71,6 +117,7 @@ class SqliteEdgeStore(StoreQueries):
         self._enable_wal()
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        self._ensure_counts()
 
     def _enable_wal(self) -> None:
         """Switching to WAL takes an exclusive lock without waiting on the busy handler, so two
@@ -84,6 +131,19 @@ class SqliteEdgeStore(StoreQueries):
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    def _ensure_counts(self) -> None:
+        """The counts table and its triggers, created and filled atomically: under the write
+        lock no edge can change between the fill and the first trigger, and a second process
+        opening the file at the same time finds them made."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            made = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'edge_counts'"
+            ).fetchone()
+            if made is None:
+                for statement in COUNTS:
+                    self._db.execute(statement)
 
     def _removed(self, users: set[str]) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -177,7 +237,12 @@ class SqliteEdgeStore(StoreQueries):
     def _page(
         self, column: str, other: str, user: str, group: str | None, after: str | None, limit: int
     ) -> list[str]:
-        sql = f"SELECT {other} FROM edges WHERE {column} = ? AND active = 1 AND {other} > ?"
+        # Active followers past the cursor come from the partial index, so a page never steps
+        # over unfollowed edges (the planner, without statistics, would take the primary key).
+        source = "edges INDEXED BY edges_active_followers" if column == "followee" else "edges"
+        if group is not None:
+            source = "edges"
+        sql = f"SELECT {other} FROM {source} WHERE {column} = ? AND active = 1 AND {other} > ?"
         args: list[object] = [user, after or ""]
         if group is not None:
             sql += " AND grp = ?"
@@ -197,6 +262,15 @@ class SqliteEdgeStore(StoreQueries):
         return self._page("follower", "followee", user, group, after, limit)
 
     def counts(self, user: str) -> EdgeCounts:
+        """One primary-key lookup in the maintained counts, whatever the lists' sizes."""
+        row = self._db.execute(
+            "SELECT followers, following FROM edge_counts WHERE id = ?", (user,)
+        ).fetchone()
+        return EdgeCounts(*row) if row else EdgeCounts(0, 0)
+
+    def recounted(self, user: str) -> EdgeCounts:
+        """The counts computed from the edges (a scan of both lists): what ``counts`` must
+        equal, for tests and ``fanout verify``-style checks."""
         count = "SELECT count(*) FROM edges WHERE {} = ? AND active = 1"
         (followers,) = self._db.execute(count.format("followee"), (user,)).fetchone()
         (following,) = self._db.execute(count.format("follower"), (user,)).fetchone()

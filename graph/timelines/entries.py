@@ -4,15 +4,23 @@ A timeline member is ``{ts:013d}!{author}!{post_id}``: ``!`` is outside the id a
 below every character in it, and the time is zero-padded, so byte order is exactly the order of
 (time, author, post id), the order readers and regeneration use. The read path works on the
 member strings (graph/timelines/view.py) and parses only the entries it returns.
+
+A page cursor is the member itself: ``CURSOR_PATTERN`` says exactly which strings are cursors,
+and every string it admits names a place in any timeline (the entries older than it), so the
+API's published pattern and what it accepts are the same set.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from typing import NamedTuple
 
 from graph.model.edges import PostRecord
+from schemas.ids import ID_ALPHABET, ID_MAX_LEN
+
+_PART = f"[{ID_ALPHABET}]{{1,{ID_MAX_LEN}}}"
+CURSOR_PATTERN = f"^[0-9]{{13}}!{_PART}!{_PART}$"
+_CURSOR_RE = re.compile(CURSOR_PATTERN.removeprefix("^").removesuffix("$"))
 
 
 class BadCursor(ValueError):
@@ -41,21 +49,15 @@ class TimelineEntry(NamedTuple):
 
     @property
     def cursor(self) -> str:
-        """An opaque page cursor naming this entry (time, author and post id: a post id alone
-        is unique only per author)."""
-        return base64.urlsafe_b64encode(self.member.encode("ascii")).rstrip(b"=").decode()
+        """The page cursor naming this entry (time, author and post id: a post id alone is
+        unique only per author)."""
+        return self.member
 
     @classmethod
     def from_cursor(cls, cursor: str) -> TimelineEntry:
-        try:
-            member = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-            ts, author, post_id = member.split("!")
-            entry = cls(int(ts), author, post_id)
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}") from None
-        # A member's own form (no sign, no spaces), and the cursor exactly as ``cursor`` spells
-        # it: the decoder skips characters outside the alphabet, and every spelling of one page
-        # would be a page of its own to the page memo (graph/timelines/page_memo.py).
-        if entry.member != member or not ts.isdigit() or entry.cursor != cursor:
+        """Only the member form, spelt one way (13 digits, no sign, no padding elsewhere):
+        every spelling of one page would be a page of its own to the page memo
+        (graph/timelines/page_memo.py)."""
+        if _CURSOR_RE.fullmatch(cursor) is None:
             raise BadCursor(f"not a timeline cursor: {cursor[:40]!r}")
-        return entry
+        return cls.parse(cursor)

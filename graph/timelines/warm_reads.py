@@ -181,6 +181,9 @@ class OfflineStore:
     def all_members(self, ref: ListRef) -> NoReturn:
         raise NotWarm("edge store: all_members")
 
+    def recounted(self, user: str) -> NoReturn:
+        raise NotWarm("edge store: recounted")
+
     def close(self) -> None:
         """Nothing to close: no connection is ever opened."""
 

@@ -50,7 +50,9 @@ def store(settings: Settings) -> Iterator[EdgeStore]:
 
 
 def hs256(sub: str, scope: str = "", secret: str = SECRET, **claims: Any) -> str:
-    return jwt.encode({"sub": sub, "scope": scope, **claims}, secret, algorithm="HS256")
+    """A token valid for ten minutes, unless ``claims`` say otherwise (``exp=None``: none)."""
+    body = {"sub": sub, "scope": scope, "exp": int(time.time()) + 600, **claims}
+    return jwt.encode({k: v for k, v in body.items() if v is not None}, secret, algorithm="HS256")
 
 
 def bearer(token: str) -> dict[str, str]:

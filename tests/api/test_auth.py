@@ -6,10 +6,12 @@ import base64
 import hashlib
 import hmac
 import logging
+import time
 from collections.abc import Iterator
 
 import jwt
 import pytest
+from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from api.auth import AuthConfigError
@@ -100,13 +102,14 @@ def test_public_keys_verify_their_own_algorithm_only(
     private, pem = keys()  # type: ignore[operator]
     algorithm = "RS256" if "RSA" in type(private).__name__ else "ES256"
     with api_client(settings, jwt_public_key=pem) as client:
-        good = jwt.encode({"sub": "alice", "scope": ""}, private, algorithm=algorithm)
+        exp = int(time.time()) + 600
+        good = jwt.encode({"sub": "alice", "exp": exp}, private, algorithm=algorithm)
         assert client.get("/v1/timelines/alice", headers=bearer(good)).status_code == 200
         # HS256 signed with the public key itself: the classic algorithm confusion.
         forged = hs256_signed_with(pem)
         assert client.get("/v1/timelines/alice", headers=bearer(forged)).status_code == 401
         other_private, _ = keys()  # type: ignore[operator]
-        stranger = jwt.encode({"sub": "alice"}, other_private, algorithm=algorithm)
+        stranger = jwt.encode({"sub": "alice", "exp": exp}, other_private, algorithm=algorithm)
         assert client.get("/v1/timelines/alice", headers=bearer(stranger)).status_code == 401
 
 
@@ -127,8 +130,35 @@ def test_unusable_key_settings_are_refused() -> None:
     with pytest.raises(AuthConfigError, match="PEM"):
         TokenVerifier.from_settings(ApiSettings(jwt_public_key="not a key"))
     with pytest.raises(ValueError, match="not both"):
-        ApiSettings(jwt_secret="s", jwt_public_key="k")
-    assert "hunter2" not in repr(ApiSettings(jwt_secret="hunter2"))
+        ApiSettings(jwt_secret=SECRET, jwt_public_key="k")
+    assert "hunter2" not in repr(ApiSettings(jwt_secret="hunter2" * 5))
+
+
+@pytest.mark.parametrize("secret", ["x", " ", "k" * 31, "é" * 15])
+def test_an_hs256_secret_shorter_than_32_bytes_is_refused_naming_the_rule(secret: str) -> None:
+    with pytest.raises(ValidationError, match="at least 32 bytes"):
+        ApiSettings(jwt_secret=secret)
+    assert ApiSettings(jwt_secret="é" * 16).auth_configured  # 32 bytes of UTF-8
+
+
+def test_tokens_without_exp_or_living_longer_than_the_setting_are_refused(
+    settings: Settings, graph: Graph
+) -> None:
+    graph.follow("alice", "bob")
+    with api_client(settings, jwt_secret=SECRET, jwt_max_lifetime_s=3600) as client:
+
+        def answer(**claims: object) -> tuple[int, str]:
+            response = client.get("/v1/timelines/alice", headers=bearer(hs256("alice", **claims)))
+            return response.status_code, response.json().get("detail", "")
+
+        now = int(time.time())
+        assert answer(exp=now + 3500)[0] == 200
+        status, detail = answer(exp=None)
+        assert status == 401 and "exp" in detail
+        status, detail = answer(exp=now + 3700)
+        assert status == 401 and "FANOUT_API_JWT_MAX_LIFETIME_S" in detail
+        assert answer(exp=now + 10 * 365 * 86400)[0] == 401
+        assert answer(exp="tomorrow")[0] == 401
 
 
 def test_publishing_needs_the_scope_and_acts_only_for_the_sub(secured: TestClient) -> None:

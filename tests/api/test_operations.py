@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonschema
 import orjson
+import pytest
 from starlette.testclient import TestClient
 
 from api.app import create_app
@@ -32,20 +33,39 @@ def test_memcached_down_is_503_with_retry_after_and_not_ready(
     graph.follow("alice", "bob")
     down = settings.model_copy(update={"memcached": str(refused)})
     with api_client(down, retry_after_s=7) as client:
-        for url in ("/v1/timelines/alice", "/v1/users/bob/followers"):
-            response = client.get(url)
-            assert response.status_code == 503, url
-            assert response.headers["retry-after"] == "7"
-            assert response.headers["content-type"] == "application/problem+json"
-            assert response.json()["type"] == "urn:fanout:problem:unavailable"
-            assert "Traceback" not in response.text
-        # The point query reads the store alone, so it still answers.
+        response = client.get("/v1/timelines/alice")
+        assert response.status_code == 503
+        assert response.headers["retry-after"] == "7"
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"] == "urn:fanout:problem:unavailable"
+        assert "Traceback" not in response.text
+        # Lists and the point query read the store alone, so they still answer.
+        assert client.get("/v1/users/bob/followers").json()["members"] == ["alice"]
         assert client.get("/v1/users/alice/following/bob").json() == {"following": True}
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.headers["retry-after"] == "7"
         checks = ready.json()["checks"]
-        assert checks["edge_store"] == "ok" and checks["memcached"].startswith("CacheUnavailable")
+        assert checks == {
+            "memcached": "failed (see the server's log)",
+            "edge_store": "ok",
+            "kafka": "ok",
+        }
         assert client.get("/healthz").status_code == 200
+
+
+def test_readyz_says_what_failed_and_never_where(
+    settings: Settings, refused: Refused, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Public: no address, port, path or topology reaches the body; the log has them."""
+    port = refused.pair[1]
+    down = settings.model_copy(update={"memcached": str(refused)})
+    with api_client(down) as client:
+        ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["memcached"] == "failed (see the server's log)"
+    for secret in (str(port), "127.0.0.1", "refused", "Error", "Unavailable"):
+        assert secret not in ready.text, secret
+    assert str(port) in caplog.text  # the operator's log says where
 
 
 def failing_backends(exc: Exception) -> Any:
@@ -128,3 +148,36 @@ def _matches(template: str, path: str) -> bool:
     return len(parts) == len(wanted) and all(
         t.startswith("{") or t == w for t, w in zip(parts, wanted, strict=True)
     )
+
+
+def test_public_probes_ask_the_backends_once_a_second_however_many_ask(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/readyz, /v1/stats and /metrics are public: a flood of them costs the backends and the
+    event loop one round a second per process (api/recent.py), on a clock held still here."""
+    from api import recent
+    from api.routes import health
+
+    now = [1000.0]
+    monkeypatch.setattr(recent.time, "monotonic", lambda: now[0])
+    calls: list[str] = []
+    probes = {name: _counted(calls, name, probe) for name, probe in health.PROBES.items()}
+    monkeypatch.setattr(health, "PROBES", probes)
+    for _ in range(20):
+        assert client.get("/readyz").status_code == 200
+        client.get("/v1/stats")
+        client.get("/metrics")
+    assert sorted(calls) == ["edge_store", "kafka", "memcached"]
+    first = client.get("/metrics").text
+    now[0] += 1.0
+    client.get("/readyz")
+    assert len(calls) == 6
+    assert client.get("/metrics").text != first  # rendered again: the counts moved
+
+
+def _counted(calls: list[str], name: str, probe: Any) -> Any:
+    def counted(*args: Any) -> None:
+        calls.append(name)
+        probe(*args)
+
+    return counted

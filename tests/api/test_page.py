@@ -15,6 +15,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
+from starlette.testclient import TestClient
 
 from fanout.settings import Settings
 from tests.api.conftest import SECRET, hs256
@@ -136,3 +137,35 @@ def test_with_auth_on_the_page_asks_for_a_token_and_uses_the_pasted_one(
         browser.find_element(By.LINK_TEXT, "dave").click()  # alice's token is not dave's
         wait_for(browser, "the 403", lambda d: "403" in shown(d, "error"))
         assert texts(browser, "timeline") == []
+
+
+def test_a_malformed_or_dotted_user_in_the_address_is_refused_and_the_page_runs_on(
+    settings: Settings, browser: WebDriver
+) -> None:
+    """A fragment that does not decode must not stop the page (the consumers' lag still
+    polls), and ``..`` as a user must not make it fetch another route with the token."""
+    with serving(settings) as (base, _):
+        browser.get("about:blank")
+        browser.get(f"{base}/#user=%E0%A4%A")
+        wait_for(browser, "the error", lambda d: "not valid" in shown(d, "error"))
+        stats = (By.CSS_SELECTOR, "#stats > *")
+        wait_for(browser, "the lag polled", lambda d: len(d.find_elements(*stats)) > 0)
+        for dotted in ("..", ".", "%2E%2E"):
+            browser.get("about:blank")
+            browser.get(f"{base}/#user={dotted}")
+            wait_for(browser, "the refusal", lambda d: "not a user id" in shown(d, "error"))
+            wait_for(browser, "the lag polled", lambda d: len(d.find_elements(*stats)) > 0)
+            fetched = browser.execute_script(
+                "return performance.getEntriesByType('resource').map(e => e.name)"
+            )
+            paths = {url.removeprefix(base).split("?")[0] for url in fetched}
+            assert paths <= {"/app.js", "/v1/stats"}, paths
+
+
+def test_the_page_may_not_be_framed_and_sends_no_referrer(client: TestClient) -> None:
+    for path in ("/", "/app.js"):
+        headers = client.get(path).headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["referrer-policy"] == "no-referrer"
+        assert headers["x-content-type-options"] == "nosniff"

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from fanout.ports import free_port, listens
 from fanout.settings import Settings
 from tests.api.conftest import SECRET, Graph, hs256
@@ -83,3 +85,23 @@ def test_serve_refuses_a_public_address_without_auth(settings: Settings) -> None
     assert done.returncode == 2
     message = done.stderr.decode()
     assert "FANOUT_API_JWT_SECRET" in message and "FANOUT_API_JWT_PUBLIC_KEY" in message
+
+
+@pytest.mark.parametrize("secret", [" ", "x", "short-but-not-32-bytes"])
+def test_serve_refuses_to_start_with_a_short_hs256_secret(settings: Settings, secret: str) -> None:
+    """A one-byte or blank secret does not count as authentication, on any address."""
+    for host in ("0.0.0.0", "127.0.0.1"):
+        done = run_cli(
+            settings,
+            "serve",
+            "--host",
+            host,
+            "--port",
+            str(free_port()),
+            timeout=30,
+            env={"FANOUT_API_JWT_SECRET": secret},
+        )
+        assert done.returncode == 2, done.stderr
+        message = " ".join(done.stderr.decode().split())
+        assert "FANOUT_API_JWT_SECRET must be at least 32 bytes" in message
+        assert f"'{secret}'" not in message  # the refused secret is not repeated

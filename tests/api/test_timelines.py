@@ -11,6 +11,8 @@ from starlette.testclient import TestClient
 from api.backends import Backends
 from api.context import ApiContext
 from fanout.settings import Settings
+from graph.model.keys import KeySpace, ListKind
+from memcache.cluster import MemcacheCluster
 from tests.api.conftest import Graph, api_client
 
 PROBLEM = "application/problem+json"
@@ -139,3 +141,19 @@ def test_a_warm_read_is_answered_on_the_loop_while_every_backend_thread_is_busy(
         held.result(10)
     assert first_body["posts"] == [e for e in expected if e["author"] == "ann"]
     assert empty_body == {"user": "lonely", "posts": [], "next": None}
+
+
+def test_reads_of_unknown_users_timelines_leave_nothing_in_memcached(
+    client: TestClient, settings: Settings, cache: MemcacheCluster, graph: Graph
+) -> None:
+    """A read that misses the cache may build the user's following list and timeline; an
+    unknown user's must not (its 404 comes from one store lookup first)."""
+    graph.follow("a", "b")
+    ghosts = [f"ghost{i}" for i in range(20)]
+    for ghost in ghosts:
+        assert client.get(f"/v1/timelines/{ghost}").status_code == 404
+    keys = KeySpace(settings.cache_prefix)
+    for kind in ListKind:
+        assert cache.get_many(keys.list_keys(kind, ghosts)) == {}
+    assert client.get("/v1/timelines/a").status_code == 200  # a known one is still built
+    assert cache.get_many(keys.list_keys(ListKind.FOLLOWING, ["a"])) != {}

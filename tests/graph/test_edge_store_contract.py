@@ -382,3 +382,82 @@ def test_the_same_millisecond_removal_hole(edge_store: EdgeStore) -> None:
     assert not edge_store.apply(
         [follow("u", "w", ((ms - 1) << 20) | 9)]
     )  # a millisecond older: refused
+
+
+# -- maintained counts -----------------------------------------------------------------------
+
+
+def test_counts_move_only_when_an_edge_changes_state_and_equal_a_recount(
+    edge_store: EdgeStore,
+) -> None:
+    """Replays, stale writes, out-of-order batches, refollows and removals: after every batch
+    each user's kept counts equal the counts computed from the edges."""
+    rng = random.Random(11)
+    users = [f"u{i}" for i in range(8)]
+    events: list[EdgeChange] = []
+    for pos in range(1, 600):
+        a, b = rng.sample(users, 2)
+        events.append(EdgeChange(a, b, rng.random() < 0.6, pos))
+    batches = [events[i : i + 23] for i in range(0, len(events), 23)]
+    rng.shuffle(batches)
+    for n, batch in enumerate(batches):
+        edge_store.apply(batch)
+        edge_store.apply(batch[: len(batch) // 2])  # a replay of part of it changes nothing
+        if n % 7 == 3:
+            edge_store.remove_user(rng.choice(users), rng.randrange(1, 700))
+        for user in users:
+            assert edge_store.counts(user) == edge_store.recounted(user), (n, user)
+    assert edge_store.counts("nobody") == EdgeCounts(0, 0)
+
+
+def test_counts_of_a_refollow_and_of_a_removal_retried(edge_store: EdgeStore) -> None:
+    edge_store.apply([follow("a", "b", 1), follow("c", "b", 2)])
+    edge_store.apply([unfollow("a", "b", 3), follow("a", "b", 4)])  # one batch: the last wins
+    assert edge_store.counts("b") == EdgeCounts(2, 0)
+    edge_store.apply([unfollow("a", "b", 5)])
+    edge_store.apply([follow("a", "b", 6)])
+    assert edge_store.counts("b") == EdgeCounts(2, 0) and edge_store.counts("a") == EdgeCounts(0, 1)
+    edge_store.remove_user("b", 10)
+    edge_store.remove_user("b", 10)  # retried: nothing switched off twice
+    assert edge_store.counts("b") == EdgeCounts(0, 0)
+    assert edge_store.counts("a") == EdgeCounts(0, 0) == edge_store.counts("c")
+
+
+def test_a_page_past_any_id_starts_at_the_next_active_member(edge_store: EdgeStore) -> None:
+    edge_store.apply([follow(n, "star", i) for i, n in enumerate(["b", "d", "f", "h"], 1)])
+    edge_store.apply([unfollow("d", "star", 10), follow("star", "x", 11), follow("star", "z", 12)])
+    assert edge_store.followers("star", after="c", limit=2) == ["f", "h"]  # not a member
+    assert edge_store.followers("star", after="a", limit=2) == ["b", "f"]  # d unfollowed
+    assert edge_store.followers("star", after="h", limit=2) == []
+    assert edge_store.following("star", after="y", limit=5) == ["z"]
+
+
+class _FlipDuringSettle(MongoEdgeStore):
+    """Another consumer changes an edge between this store's read of the edges to settle and
+    its conditional flips: the flip it planned must not land, the other's must."""
+
+    racing: list[EdgeChange]
+    other: MongoEdgeStore
+
+    def _unsettled(self, collection: Any, keys: Any) -> list[Any]:
+        found = super()._unsettled(collection, keys)
+        while self.racing:
+            self.other.apply([self.racing.pop()])
+        return found
+
+
+@pytest.mark.parametrize("mode", ["collection", "index"])
+def test_mongo_counts_stay_exact_when_an_edge_flips_during_a_settle(
+    mode: Any, ferretdb: MongoServer
+) -> None:
+    db = ferretdb.client()[f"settle_{mode}"]
+    store = _FlipDuringSettle(db, mode)
+    store.other = MongoEdgeStore(db, mode)
+    store.racing = [unfollow("a", "b", 5)]
+    store.apply([follow("a", "b", 1)])  # read as a=True, then switched off before the flip
+    assert store.counts("b") == store.recounted("b") == EdgeCounts(0, 0)
+    assert store.counts("a") == store.recounted("a") == EdgeCounts(0, 0)
+    store.racing = [follow("a", "b", 9)]
+    store.apply([unfollow("a", "b", 7), follow("c", "b", 8)])
+    assert store.counts("b") == store.recounted("b") == EdgeCounts(2, 0)
+    assert store.counts("a") == store.recounted("a") == EdgeCounts(0, 1)

@@ -1,0 +1,243 @@
+"""A real ``fanout serve`` against clients that misbehave on purpose, over raw sockets: heads too
+large, too many or too slow; bodies too shaped, too slow or too many at once; clients that go
+away mid-body; more connections than the server takes. Each is answered (or cut off) without
+the server spending more than its limits, and the server goes on answering others."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from fanout.settings import Settings
+from tests.api.test_serve import get, serving
+
+LIMITS = {
+    "FANOUT_API_MAX_HEADER_BYTES": "8192",
+    "FANOUT_API_MAX_HEADERS": "32",
+    "FANOUT_API_HEADER_TIMEOUT_S": "1",
+    "FANOUT_API_BODY_TIMEOUT_S": "1",
+    "FANOUT_API_BODY_BUDGET_MB": "32",
+}
+
+
+@pytest.fixture
+def served(settings: Settings) -> Iterator[tuple[str, int, list[bytes]]]:
+    with serving(settings, **LIMITS) as (base, output):
+        host, port = base.removeprefix("http://").split(":")
+        yield host, int(port), output
+
+
+def connect(host: str, port: int) -> socket.socket:
+    return socket.create_connection((host, port), timeout=15)
+
+
+def answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (or 15 s pass: a failure)."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return received
+
+
+def send_all(sock: socket.socket, data: bytes) -> int:
+    """Sends ``data`` in 64 KiB pieces until the server closes; returns the bytes it took."""
+    sent = 0
+    try:
+        for start in range(0, len(data), 65536):
+            sent += sock.send(data[start : start + 65536])
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return sent
+
+
+def response_to(sock: socket.socket) -> bytes:
+    """One response, head and body (``Content-Length``), on a connection that stays open."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def status_of(response: bytes) -> int:
+    found = re.match(rb"HTTP/1\.1 (\d{3}) ", response)
+    assert found, response[:200]
+    return int(found.group(1))
+
+
+def test_a_head_over_the_size_limit_is_refused_before_it_is_all_read(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (8 << 20)
+    taken = send_all(sock, head)
+    response = answer(sock)
+    assert status_of(response) == 431
+    assert taken < len(head)  # cut off: the rest of the 8 MiB was never taken
+    assert get(f"http://{host}:{port}/healthz")[0] == 200
+
+
+def test_more_headers_than_the_limit_are_refused_before_the_app_runs(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(33))
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+    assert status_of(answer(sock)) == 431
+    sock = connect(host, port)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many[-300:] + b"\r\n")
+    assert status_of(sock.recv(65536)) == 200  # fewer is fine
+
+
+def test_a_head_that_does_not_arrive_in_time_is_closed(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    started = time.monotonic()
+    for _ in range(3):  # a byte now and then keeps no connection open
+        sock.sendall(b"X")
+        time.sleep(0.3)
+    assert status_of(answer(sock)) == 408
+    assert time.monotonic() - started < 10
+
+
+def test_a_body_is_counted_before_it_is_parsed_and_refused_as_soon_as_it_cannot_be_valid(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    """31 MiB of ``[{},{},...]`` declared, 1 MiB sent: the answer comes without the rest."""
+    host, port, _ = served
+    sock = connect(host, port)
+    declared = 31 << 20
+    sock.sendall(
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n[" % declared
+    )
+    sock.sendall(b"{}," * (1 << 18))
+    response = response_to(sock)
+    assert status_of(response) == 422 and b"JSON tokens" in response
+    assert b"connection: close" in response.lower()  # the rest is not waited for
+    assert answer(sock) == b""  # closed: a client still sending learns it at once
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 1000\r\n\r\n[{"type":'
+    )
+    assert status_of(sock.recv(65536)) == 408
+
+
+def test_bodies_held_at_once_are_bounded_per_process(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    """Two 20 MiB bodies on their way at once, with a 32 MiB budget: the second is refused."""
+    host, port, _ = served
+    prefix = b'[{"type":"post","author":"u","post_id":"p","text":"'
+    head = (
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (30 << 20)
+    )
+    first, second = connect(host, port), connect(host, port)
+    first.sendall(head + prefix + b"a" * (20 << 20))
+    get(f"http://{host}:{port}/healthz")  # the first body's bytes are in by now
+    send_all(second, head + prefix + b"a" * (20 << 20))
+    response = response_to(second)
+    assert status_of(response) == 503 and b"retry-after" in response.lower()
+    first.close()
+
+
+def test_a_client_gone_mid_body_is_no_server_error(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    for _ in range(3):
+        sock = connect(host, port)
+        sock.sendall(
+            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100000\r\n\r\n[{"type":"follow"'
+        )
+        sock.close()
+    route = 'method="POST",route="/v1/events"'
+    deadline = time.monotonic() + 15
+    while f'fanout_api_responses_total{{{route},status="499"}} 3.0' not in (
+        text := metrics(host, port)
+    ):
+        assert time.monotonic() < deadline, text
+        time.sleep(0.1)
+    assert 'status="500"' not in text
+
+
+def metrics(host: str, port: int) -> str:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def test_connections_beyond_the_limit_are_answered_503(settings: Settings) -> None:
+    with serving(settings, FANOUT_API_LIMIT_CONCURRENCY="16") as (base, _):
+        host, port = base.removeprefix("http://").split(":")
+        idle = [connect(host, int(port)) for _ in range(16)]
+        sock = connect(host, int(port))
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_of(sock.recv(65536)) == 503
+        for each in idle:
+            each.close()
+
+
+def test_no_redirect_repeats_the_host_header(client: TestClient) -> None:
+    for path in ("/v1/timelines/alice/", "/v1/users/alice/followers/", "/healthz/"):
+        response = client.get(path, headers={"host": "evil.example"}, follow_redirects=False)
+        assert response.status_code == 404, path
+        assert "location" not in response.headers and "evil" not in response.text
+
+
+def test_a_body_trickled_to_a_route_that_does_not_read_it_holds_no_connection(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nx")
+    assert status_of(response_to(sock)) == 200  # answered at once, the body unread
+    started = time.monotonic()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        while time.monotonic() - started < 10:
+            sock.sendall(b"x")  # a byte now and then keeps no connection open
+            time.sleep(0.2)
+    assert time.monotonic() - started < 10, "the connection was never closed"
+
+
+def test_no_websocket_upgrade_is_taken(served: tuple[str, int, list[bytes]]) -> None:
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert status_of(response_to(sock)) != 101
+
+
+def test_a_connection_that_sends_nothing_is_closed(served: tuple[str, int, list[bytes]]) -> None:
+    host, port, _ = served
+    silent = [connect(host, port) for _ in range(20)]
+    for sock in silent:
+        assert answer(sock) == b""  # closed by the server, unanswered, within the head timeout
