@@ -86,6 +86,9 @@ def _copy_dependencies(pom: Path, into: Path) -> None:
         "-q",
         "-f",
         str(pom),
+        # Maven's own repository beside the jars (Java's user.home ignores $HOME): an empty home
+        # fetches everything, and only fetchers holding the lock ever write it.
+        f"-Dmaven.repo.local={cache_root() / 'maven-repository'}",
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={into}",
