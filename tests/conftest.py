@@ -14,6 +14,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
 from fanout import stack  # noqa: E402
+from fanout.ports import refusing_address  # noqa: E402
 from fanout.settings import Settings, environment  # noqa: E402
 from graph import ListSettings, ListStore, MemcacheCluster  # noqa: E402
 from graph.sqlite_edges import SqliteEdgeStore  # noqa: E402
@@ -55,6 +57,24 @@ def cache(local_stack: stack.StackState) -> Iterator[MemcacheCluster]:
     cluster.flush_all()
     yield cluster
     cluster.close()
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An address nothing answers at: ``pair`` for clients taking (host, port), ``str()`` else."""
+
+    pair: tuple[str, int]
+
+    def __str__(self) -> str:
+        return f"{self.pair[0]}:{self.pair[1]}"
+
+
+@pytest.fixture
+def refused() -> Iterator[Refused]:
+    """A loopback address that refuses connections for the whole test (held, so no other
+    test's server can take its port and answer)."""
+    with refusing_address() as pair:
+        yield Refused(pair)
 
 
 @pytest.fixture

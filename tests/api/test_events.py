@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from fanout.settings import Settings
 from schemas import decode_event
 from tests.api.conftest import api_client
-from tests.conftest import settings_env
+from tests.conftest import Refused, settings_env
 from tests.kafka_helpers import read_topic
 
 
@@ -116,10 +116,10 @@ def test_published_events_are_acknowledged_consumed_and_shown(
     assert followers["members"] == ["other", "reader"] and followers["count"] == 2
 
 
-def test_an_unreachable_broker_is_a_503_naming_the_events(settings: Settings) -> None:
-    from fanout.stack import free_port
-
-    down = settings.model_copy(update={"kafka": f"127.0.0.1:{free_port()}"})
+def test_an_unreachable_broker_is_a_503_naming_the_events(
+    settings: Settings, refused: Refused
+) -> None:
+    down = settings.model_copy(update={"kafka": str(refused)})
     with api_client(down, publish_timeout_s=1.0) as client:
         event = {"type": "follow", "follower": "a", "followee": "b", "event_id": "e-1"}
         response = client.post("/v1/events", json=[event])

@@ -16,8 +16,8 @@ from api.backends import Backends
 from api.openapi import DOCUMENT, document
 from api.settings import ApiSettings
 from fanout.settings import Settings
-from fanout.stack import free_port
 from tests.api.conftest import Graph, api_client
+from tests.conftest import Refused
 
 
 def test_health_and_readiness(client: TestClient) -> None:
@@ -28,10 +28,10 @@ def test_health_and_readiness(client: TestClient) -> None:
 
 
 def test_memcached_down_is_503_with_retry_after_and_not_ready(
-    settings: Settings, graph: Graph
+    settings: Settings, graph: Graph, refused: Refused
 ) -> None:
     graph.follow("alice", "bob")
-    down = settings.model_copy(update={"memcached": f"127.0.0.1:{free_port()}"})
+    down = settings.model_copy(update={"memcached": str(refused)})
     with api_client(down, retry_after_s=7) as client:
         for url in ("/v1/timelines/alice", "/v1/users/bob/followers"):
             response = client.get(url)

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fanout.ports import free_port, listens
 from fanout.settings import Settings
-from fanout.stack import free_port
 from tests.api.conftest import SECRET, Graph, hs256
 from tests.conftest import run_cli, settings_env
 
@@ -45,7 +45,7 @@ def serving(settings: Settings, *args: str, **env: str) -> Iterator[tuple[str, l
         deadline = time.monotonic() + 30
         while True:
             try:
-                if get(f"{base}/healthz")[0] == 200:
+                if listens(process.pid, port) and get(f"{base}/healthz")[0] == 200:
                     break
             except OSError:
                 pass

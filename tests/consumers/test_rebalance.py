@@ -16,8 +16,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.halts import StuckWithoutAssignment
+from fanout.ports import free_port
 from fanout.settings import Settings
-from fanout.stack import free_port
 from tests.conftest import settings_env
 
 

@@ -13,8 +13,8 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from fanout import wiring
+from fanout.ports import free_port, listens
 from fanout.settings import Settings
-from fanout.stack import free_port
 from graph import ListKind, ListRef
 from tests.conftest import settings_env
 
@@ -54,7 +54,7 @@ def run_with_metrics(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            metrics = scrape(port)
+            metrics = scrape(port) if listens(proc.pid, port) else {}
         except OSError:
             metrics = {}
         if sum(v for (name, _), v in metrics.items() if name == until) >= expect:

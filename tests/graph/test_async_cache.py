@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 import uvloop
 
+from fanout.ports import free_port, listens
 from fanout.settings import Settings
-from fanout.stack import StackState, free_port, memcached_answers, memcached_binary
+from fanout.stack import StackState, memcached_answers, memcached_binary
 from graph.async_cache import AsyncMemcache, Replies
 from graph.cache import CacheUnavailable, Item, MemcacheCluster, Outcome
 from graph.memcache_pipe import NOT_READ
+from tests.conftest import Refused
 
 ITEM_LIMIT = 1024 * 1024  # memcached's default -I, which the test stack runs with
 TIMEOUT = 0.5  # the client's timeout where a server is made to hang
@@ -375,10 +377,10 @@ def test_a_reply_nobody_asked_for_closes_the_connection_and_never_answers_the_ne
     run_on_both_loops(main)
 
 
-def test_a_refused_connection_is_unavailable() -> None:
+def test_a_refused_connection_is_unavailable(refused: Refused) -> None:
     async def main() -> None:
         with pytest.raises(CacheUnavailable):
-            await gets([("127.0.0.1", free_port())], [b"k"], TIMEOUT)
+            await gets([refused.pair], [b"k"], TIMEOUT)
 
     asyncio.run(main())
 
@@ -392,7 +394,7 @@ def own_memcached() -> Iterator[tuple[subprocess.Popen[bytes], tuple[str, int]]]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
-        while not memcached_answers(f"127.0.0.1:{port}"):
+        while not (listens(proc.pid, port) and memcached_answers(f"127.0.0.1:{port}")):
             assert time.monotonic() < deadline and proc.poll() is None, "memcached did not start"
             time.sleep(0.05)
         yield proc, ("127.0.0.1", port)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fanout.stack import free_port
 from graph.cache import CacheUnavailable, Item, MemcacheCluster, Outcome, keep_ttl
 from graph.memcache_pipe import NOT_READ
+from tests.conftest import Refused
 
 STORED, NOT_STORED, EXISTS, NOT_FOUND, TOO_LARGE = (
     Outcome.STORED,
@@ -152,8 +152,8 @@ def test_keys_spread_over_both_servers(cache: MemcacheCluster) -> None:
     assert owners == set(cache.servers) and len(owners) == 2
 
 
-def test_a_server_that_does_not_answer_raises() -> None:
-    dead = MemcacheCluster([("127.0.0.1", free_port())], timeout=0.5)
+def test_a_server_that_does_not_answer_raises(refused: Refused) -> None:
+    dead = MemcacheCluster([refused.pair], timeout=0.5)
     with pytest.raises(CacheUnavailable):
         dead.append_many({b"k": b"+a "})
     with pytest.raises(CacheUnavailable):
@@ -232,8 +232,10 @@ def test_reads_take_values_by_length_whatever_bytes_they_hold(cache: MemcacheClu
     assert cache.cas(b"crlf", b"new", found[b"crlf"].cas) is STORED
 
 
-def test_versions_probe_every_server_and_name_the_one_down(cache: MemcacheCluster) -> None:
+def test_versions_probe_every_server_and_name_the_one_down(
+    cache: MemcacheCluster, refused: Refused
+) -> None:
     assert len(cache.versions()) == 2 and all(v for v in cache.versions().values())
-    down = MemcacheCluster([("127.0.0.1", free_port())], timeout=0.5)
+    down = MemcacheCluster([refused.pair], timeout=0.5)
     with pytest.raises(CacheUnavailable, match=r"memcached 127\.0\.0\.1:"):
         down.versions()

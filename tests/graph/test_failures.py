@@ -10,10 +10,10 @@ import pytest
 from pymongo import MongoClient
 from pymongo import errors as mongo
 
-from fanout.stack import free_port
 from graph import EdgeChange, MemcacheCluster
 from graph.failures import Failure, classify, is_transient
 from graph.sqlite_edges import SqliteEdgeStore
+from tests.conftest import Refused
 
 
 def raised(action: object) -> BaseException:
@@ -64,16 +64,16 @@ def test_a_corrupt_or_unopenable_file_is_permanent(tmp_path: Path) -> None:
     assert classify(exc) is Failure.PERMANENT
 
 
-def test_memcached_not_answering_is_transient() -> None:
-    cluster = MemcacheCluster([("127.0.0.1", free_port())])
+def test_memcached_not_answering_is_transient(refused: Refused) -> None:
+    cluster = MemcacheCluster([refused.pair])
     exc = raised(lambda: cluster.flush_all())
     assert is_transient(exc)
     cluster.close()
 
 
-def test_mongodb_errors_by_kind_code_and_label() -> None:
+def test_mongodb_errors_by_kind_code_and_label(refused: Refused) -> None:
     client: MongoClient[dict[str, object]] = MongoClient(
-        f"mongodb://127.0.0.1:{free_port()}/", serverSelectionTimeoutMS=200
+        f"mongodb://{refused}/", serverSelectionTimeoutMS=200
     )
     unreachable = raised(lambda: client.admin.command("ping"))
     client.close()

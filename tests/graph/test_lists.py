@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from fanout.stack import free_port
 from graph import CacheUnavailable, EdgeChange, ListKind, ListRef, ListSettings, ListStore
 from graph.cache import MemcacheCluster
 from graph.capped_lists import CappedListStore
@@ -17,6 +16,7 @@ from graph.fencing import Index
 from graph.keys import counter_key
 from graph.lists import Snapshot
 from graph.sqlite_edges import SqliteEdgeStore
+from tests.conftest import Refused
 from tests.graph.contention import STAR, contend, write
 
 
@@ -353,9 +353,9 @@ def test_concurrent_writers_and_compacting_readers_lose_nothing(
 
 
 def test_a_server_that_is_down_is_an_error_not_a_shorter_list(
-    sqlite_store: SqliteEdgeStore, unique: str
+    sqlite_store: SqliteEdgeStore, unique: str, refused: Refused
 ) -> None:
-    down = MemcacheCluster([("127.0.0.1", free_port())], timeout=0.5)
+    down = MemcacheCluster([refused.pair], timeout=0.5)
     lists = ListStore(down, sqlite_store, ListSettings(namespace=unique))
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     with pytest.raises(CacheUnavailable):

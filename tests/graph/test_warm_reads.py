@@ -19,13 +19,13 @@ import uvloop
 import graph.lists
 from fanout import wiring
 from fanout.settings import Settings
-from fanout.stack import free_port
 from graph import ListKind, ListRef
 from graph.cache import CacheUnavailable, MemcacheCluster
 from graph.fencing import index_marker, new_generation, timeline_marker
 from graph.timeline_fetch import ReadMemory
 from graph.timelines import BadCursor, TimelineEntry, TimelinePage
 from graph.warm_reads import WarmReads
+from tests.conftest import Refused
 from tests.graph.warm_pair import Pair, shown, writes
 
 
@@ -201,9 +201,9 @@ def test_a_forged_cursor_is_bad_cursor_as_in_the_blocking_read(pair: Pair) -> No
 
 
 def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blocking_read(
-    settings: Settings,
+    settings: Settings, refused: Refused
 ) -> None:
-    down = settings.model_copy(update={"memcached": f"127.0.0.1:{free_port()}"})
+    down = settings.model_copy(update={"memcached": str(refused)})
     warm = wiring.warm_reads(down, ReadMemory())
 
     async def read() -> TimelinePage | None:

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from fanout.settings import Settings
-from fanout.stack import free_port
 from producers import EventPublisher, InternalPublisher, PublishError, create_topics
 from schemas import EventDecodeError, Topics, decode_event
+from tests.conftest import Refused
 from tests.kafka_helpers import read_topic
 
 
@@ -54,8 +54,8 @@ def test_invalid_event_is_an_exception_before_anything_is_sent(settings: Setting
     assert publisher.flush().delivered == 0
 
 
-def test_a_failed_delivery_is_reported_not_silent() -> None:
-    unreachable = f"127.0.0.1:{free_port()}"
+def test_a_failed_delivery_is_reported_not_silent(refused: Refused) -> None:
+    unreachable = str(refused)
     publisher = EventPublisher(unreachable, Topics("nowhere"), {"message.timeout.ms": 1500})
     publisher.publish({"type": "follow", "follower": "a", "followee": "b"}, tag="line-1")
     report = publisher.flush(timeout=10)
@@ -100,11 +100,11 @@ def test_the_internal_publisher_sends_tasks_and_nothing_else(settings: Settings)
 
 
 def test_check_brokers_answers_from_a_live_broker_and_raises_without_one(
-    settings: Settings,
+    settings: Settings, refused: Refused
 ) -> None:
     from confluent_kafka import KafkaException
 
     assert EventPublisher(settings.kafka, settings.topics).check_brokers(5.0) >= 1
-    dead = EventPublisher(f"127.0.0.1:{free_port()}", settings.topics)
+    dead = EventPublisher(str(refused), settings.topics)
     with pytest.raises(KafkaException):
         dead.check_brokers(0.5)
