@@ -25,13 +25,23 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 POM = Path(__file__).parent / "kafka" / "pom.xml"
 MANIFEST = "MANIFEST"
+MAVEN_NS = "http://maven.apache.org/POM/4.0.0"
 
 
 class KafkaJarsError(RuntimeError):
     pass
+
+
+def kafka_version(pom: Path = POM) -> str:
+    """The broker's version, as the POM's ``kafka.version`` property names it."""
+    found = ElementTree.parse(pom).find("m:properties/m:kafka.version", {"m": MAVEN_NS})
+    if found is None or not found.text:
+        raise KafkaJarsError(f"{pom} names no kafka.version")
+    return found.text
 
 
 def cache_root() -> Path:

@@ -31,6 +31,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from fanout.kafka_jars import classpath, fetch_jars
+from fanout.ports import free_port, listens
 
 PORT_ATTEMPTS = 5
 HEAP = "-Xmx256m"
@@ -88,13 +89,6 @@ def java_binary() -> str | None:
 def new_cluster_id() -> str:
     """A Kafka Uuid in its text form (URL-safe base64 of 16 bytes, unpadded)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def server_properties(node: KafkaNode, voters: Sequence[KafkaNode]) -> str:
@@ -252,7 +246,8 @@ def await_node(
             if _lost_port(log_sizes):
                 raise PortTaken(f"{name}: a port was taken before the JVM bound it")
             raise KafkaNodeError(f"{name} exited with {proc.returncode} (see its log)")
-        if cluster_id_at(node.bootstrap) == cluster_id:
+        ours = listens(proc.pid, node.broker_port) and listens(proc.pid, node.controller_port)
+        if ours and cluster_id_at(node.bootstrap) == cluster_id:
             return
         if time.monotonic() > deadline:
             raise KafkaNodeError(f"{name} did not answer in time (see its log)")

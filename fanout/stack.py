@@ -1,4 +1,5 @@
-"""The embedded local stack: one Tansu broker and two memcached servers on loopback.
+"""The embedded local stack: one broker (Apache Kafka or Tansu, see ``fanout.broker_choice``)
+and two memcached servers on loopback.
 
 State lives in ``$FANOUT_HOME/stack.json`` (pids and addresses) so that every later ``fanout``
 command finds the servers without exports. Ports are picked free at ``up`` time, which is what
@@ -24,6 +25,9 @@ from pathlib import Path
 import orjson
 from confluent_kafka.admin import AdminClient
 
+from fanout import kafka_node
+from fanout.broker_choice import BROKERS, Broker, BrokerChoiceError, chosen_broker
+from fanout.kafka_jars import KafkaJarsError
 from fanout.ports import free_port, listens
 from fanout.settings import fanout_home, stack_file
 from producers import create_topics
@@ -49,6 +53,7 @@ class StackState:
     kafka: str
     memcached: str
     services: list[Service] = field(default_factory=list)
+    broker: Broker = "tansu"  # which one the `kafka` address is
 
     def save(self, path: Path) -> None:
         # Only `kafka` and `memcached` are settings; `services` is ignored by Settings.
@@ -59,7 +64,8 @@ class StackState:
         if not path.exists():
             return None
         raw = orjson.loads(path.read_bytes())
-        return cls(raw["kafka"], raw["memcached"], [Service(**s) for s in raw["services"]])
+        services = [Service(**s) for s in raw["services"]]
+        return cls(raw["kafka"], raw["memcached"], services, raw.get("broker", "tansu"))
 
 
 def tansu_binary() -> str:
@@ -214,7 +220,7 @@ def stack_status(state: StackState | None) -> dict[str, bool]:
         return {}
     result = {}
     for svc in state.services:
-        if svc.name == "tansu":
+        if svc.name in BROKERS:
             result[f"{svc.name} {svc.address}"] = _pid_alive(svc.pid) and kafka_answers(svc.address)
         else:
             alive = _pid_alive(svc.pid) and memcached_answers(svc.address)
@@ -222,13 +228,32 @@ def stack_status(state: StackState | None) -> dict[str, bool]:
     return result
 
 
-def stack_up(topics: Topics, partitions: int, timeout: float = 30.0) -> StackState:
-    """Start what is not running; a healthy recorded stack is left alone."""
+def _start_broker(broker: Broker, logs: Path, deadline: float) -> Service:
+    if broker == "tansu":
+        return start_listening("tansu", _tansu_argv, kafka_answers, logs, deadline)
+    try:
+        node = kafka_node.start_single_node(
+            fanout_home() / "kafka", logs, deadline - time.monotonic()
+        )
+    except (kafka_node.KafkaNodeError, KafkaJarsError) as exc:
+        raise StackError(str(exc)) from exc
+    return Service("kafka", node.pid, node.node.bootstrap)
+
+
+def stack_up(
+    topics: Topics, partitions: int, broker: Broker | None = None, timeout: float = 60.0
+) -> StackState:
+    """Start what is not running; a healthy recorded stack is left alone (whichever broker it
+    runs, unless it is not the one chosen)."""
+    try:
+        wanted = chosen_broker(broker)
+    except BrokerChoiceError as exc:
+        raise StackError(str(exc)) from exc
     home = fanout_home()
     existing = StackState.load(stack_file())
     if existing is not None:
         status = stack_status(existing)
-        if status and all(status.values()):
+        if status and all(status.values()) and existing.broker == wanted:
             create_topics(existing.kafka, topics.all(), partitions)
             return existing
         stack_down()
@@ -241,13 +266,14 @@ def stack_up(topics: Topics, partitions: int, timeout: float = 30.0) -> StackSta
             services.append(
                 start_listening(f"memcached{i}", _memcached_argv, memcached_answers, logs, deadline)
             )
-        services.append(start_listening("tansu", _tansu_argv, kafka_answers, logs, deadline))
+        services.append(_start_broker(wanted, logs, deadline))
     except StackError:
         for svc in services:
             _kill(svc.pid)
         raise
     kafka = services[-1].address
-    state = StackState(kafka, ",".join(s.address for s in services[:-1]), services)
+    memcached = ",".join(s.address for s in services[:-1])
+    state = StackState(kafka, memcached, services, wanted)
     state.save(stack_file())
     create_topics(kafka, topics.all(), partitions)
     return state
