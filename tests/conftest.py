@@ -153,9 +153,7 @@ def pytest_report_header() -> list[str]:
     broker = f"Apache Kafka {kafka_version()} (KRaft, one node)" if BROKER == "kafka" else "Tansu"
     return [
         f"broker: {broker}, "
-        + (
-            f"FANOUT_BROKER={_EXPLICIT}" if _EXPLICIT else "the default where Java and its jars are"
-        ),
+        + (f"FANOUT_BROKER={_EXPLICIT}" if _EXPLICIT else "the default (Java and the jars found)"),
         f"edge-store backends: sqlite, mongomock (both following modes); real MongoDB: {real}",
     ]
 
