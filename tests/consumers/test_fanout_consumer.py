@@ -6,6 +6,7 @@ import random
 import threading
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from fanout import wiring
@@ -61,6 +62,7 @@ def read_all(settings: Settings) -> dict[str, list[TimelineEntry]]:
     return {user: reader.read(user, limit=1000) for user in USERS}
 
 
+@pytest.mark.tansu_smoke
 def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flushes(
     settings: Settings,
 ) -> None:
