@@ -17,6 +17,7 @@ BENCHMARKS = {
     "contended-unfollow": "bench.contended_unfollow",
     "timeline-reads": "bench.timeline_reads",
     "api": "bench.api_http",
+    "group-protocol": "bench.group_protocol",
 }
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fanout.kafka_jars import classpath, fetch_jars
@@ -113,6 +114,9 @@ def server_properties(node: KafkaNode, voters: Sequence[KafkaNode]) -> str:
         "share.coordinator.state.topic.replication.factor": replicas,
         "share.coordinator.state.topic.min.isr": min(2, replicas),
         "group.initial.rebalance.delay.ms": 0,
+        # KIP-848 groups may be given sessions as short as classic ones (bench/group_protocol.py).
+        "group.consumer.min.session.timeout.ms": 6000,
+        "group.consumer.min.heartbeat.interval.ms": 1000,
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -199,6 +203,23 @@ def spawn(java: str, jars: Path, node: KafkaNode, logs: Path, name: str) -> subp
             cwd=node.directory,
             start_new_session=True,
         )
+
+
+def await_group_coordinator(bootstrap: str, deadline: float) -> None:
+    """Until a group coordinator answers: the first FindCoordinator of a fresh cluster creates
+    the offsets topic, which takes seconds; a started stack has done it already, so no client's
+    first group request waits for it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fanout-stack-ready"})
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition("fanout-stack-ready", 0)], timeout=2)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise KafkaNodeError("no group coordinator answered in time") from None
+    finally:
+        consumer.close()
 
 
 def cluster_id_at(bootstrap: str, timeout: float = 1.0) -> str | None:
@@ -293,8 +314,11 @@ def start_single_node(directory: Path, logs: Path, timeout: float = 60.0) -> Run
         cluster_id = new_cluster_id()
         format_storage(java, jars, node, [node], cluster_id)
         try:
-            return start_node(java, jars, node, cluster_id, logs, "kafka", deadline)
+            running = start_node(java, jars, node, cluster_id, logs, "kafka", deadline)
         except PortTaken:
             if attempt == PORT_ATTEMPTS:
                 raise
+            continue
+        await_group_coordinator(node.bootstrap, deadline)
+        return running
     raise AssertionError("itertools.count does not end")
