@@ -298,27 +298,67 @@ def start_node(
     return RunningNode(node, proc.pid, cluster_id, time.monotonic() - started)
 
 
-def start_single_node(directory: Path, logs: Path, timeout: float = 60.0) -> RunningNode:
-    """A fresh one-node cluster (its directory is emptied first), started again on new ports
-    when a picked port was taken before the JVM bound it."""
+def node_name(node: KafkaNode, size: int) -> str:
+    """Its log files' name: ``kafka`` alone, ``kafkaN`` in a cluster of several."""
+    return "kafka" if size == 1 else f"kafka{node.node_id}"
+
+
+def _java_and_jars() -> tuple[str, Path]:
     java = java_binary()
     if java is None:
         raise KafkaNodeError("java is not installed: the Kafka broker needs Java 17+")
-    jars = fetch_jars()
+    return java, fetch_jars()
+
+
+def start_cluster(
+    directory: Path, logs: Path, size: int = 1, timeout: float = 60.0
+) -> list[RunningNode]:
+    """A fresh cluster of ``size`` combined nodes (``directory`` is emptied first), started
+    again on new ports when a picked port was taken before a JVM bound it. The nodes are
+    spawned together: a quorum of several elects its leader only once a majority runs."""
+    java, jars = _java_and_jars()
     logs.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
     for attempt in itertools.count(1):
         shutil.rmtree(directory, ignore_errors=True)
-        node = KafkaNode(1, free_port(), free_port(), directory)
-        prepare(node, [node], logs, "kafka")
+        nodes = [
+            KafkaNode(i, free_port(), free_port(), directory / f"node{i}")
+            for i in range(1, size + 1)
+        ]
         cluster_id = new_cluster_id()
-        format_storage(java, jars, node, [node], cluster_id)
+        for node in nodes:
+            prepare(node, nodes, logs, node_name(node, size))
+            format_storage(java, jars, node, nodes, cluster_id)
+        sizes = [_log_sizes(logs, node_name(node, size)) for node in nodes]
+        started = time.monotonic()
+        procs = [spawn(java, jars, node, logs, node_name(node, size)) for node in nodes]
         try:
-            running = start_node(java, jars, node, cluster_id, logs, "kafka", deadline)
-        except PortTaken:
-            if attempt == PORT_ATTEMPTS:
-                raise
-            continue
-        await_group_coordinator(node.bootstrap, deadline)
-        return running
+            for node, proc, since in zip(nodes, procs, sizes, strict=True):
+                await_node(proc, node, cluster_id, node_name(node, size), since, deadline)
+        except BaseException as exc:
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait()
+            if isinstance(exc, PortTaken) and attempt < PORT_ATTEMPTS:
+                continue
+            raise
+        elapsed = time.monotonic() - started
+        await_group_coordinator(",".join(n.bootstrap for n in nodes), deadline)
+        return [
+            RunningNode(n, p.pid, cluster_id, elapsed) for n, p in zip(nodes, procs, strict=True)
+        ]
     raise AssertionError("itertools.count does not end")
+
+
+def start_single_node(directory: Path, logs: Path, timeout: float = 60.0) -> RunningNode:
+    """A fresh one-node cluster (see ``start_cluster``)."""
+    return start_cluster(directory, logs, 1, timeout)[0]
+
+
+def restart_node(running: RunningNode, logs: Path, size: int, timeout: float = 60.0) -> RunningNode:
+    """Start a stopped node of a cluster again on its ports, with its data as it was left."""
+    java, jars = _java_and_jars()
+    name = node_name(running.node, size)
+    deadline = time.monotonic() + timeout
+    return start_node(java, jars, running.node, running.cluster_id, logs, name, deadline)
