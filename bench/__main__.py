@@ -18,6 +18,7 @@ BENCHMARKS = {
     "timeline-reads": "bench.timeline_reads",
     "api": "bench.api_http",
     "member-pages": "bench.member_pages",
+    "group-protocol": "bench.group_protocol",
 }
 
 

@@ -1,9 +1,10 @@
 """Where a replay starts: the beginning, saved offsets, or a point in time.
 
 ``--from-time`` asks the broker (ListOffsets by timestamp) and then checks the answer against
-the messages themselves: the offset found must hold the first message at or after the time. A
-broker that answers wrongly (the dev broker, Tansu, answers 0) is caught by that check and the
-offset is found by scanning the partition instead.
+the messages themselves: the offset found must hold the first message at or after the time. The
+answer -1 means "no message at or after it" and is checked as the partition's end. A broker that
+answers wrongly (the dev broker, Tansu, may answer 0) is caught by that check and the offset is
+found by scanning the partition instead.
 """
 
 from __future__ import annotations
@@ -109,8 +110,6 @@ class _Probe:
 
 
 def _verified(probe: _Probe, partition: int, candidate: int, ts_ms: int) -> bool:
-    if candidate < 0:
-        return False
     found = probe.timestamp_at(partition, candidate)
     if found is not None and found[1] < ts_ms:
         return False
@@ -135,6 +134,8 @@ def resolve(
         result = []
         for p in partitions:
             candidate = answers.get(p, -1)
+            if candidate < 0:  # nothing at or after the time: the end, if the messages agree
+                candidate = ends[p]
             if _verified(probe, p, candidate, start.ms):
                 result.append(PartitionStart(p, candidate, ends[p]))
             else:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from fanout import logs, stack, verify_command, wiring
+from fanout.broker_choice import BROKERS
 from fanout.cli_help import DESCRIPTION, EPILOG, dash_id_hint
 from fanout.publish_file import publish_file
 from fanout.settings import Settings, stack_file
@@ -36,8 +37,10 @@ def _ids(values: Sequence[str]) -> list[str]:
 
 def cmd_stack(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "up":
-        state = stack.stack_up(settings.topics, settings.partitions, edge_store=args.edge_store)
-        console.print(f"kafka {state.kafka}\nmemcached {state.memcached}")
+        state = stack.stack_up(
+            settings.topics, settings.partitions, args.broker, edge_store=args.edge_store
+        )
+        console.print(f"kafka {state.kafka} ({state.broker})\nmemcached {state.memcached}")
         if state.edge_store:
             console.print(f"edge store {state.edge_store}")
         console.print(f"recorded in {stack_file()}")
@@ -209,8 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("stack", help="the embedded local stack (Tansu + 2 memcached)")
+    p = sub.add_parser("stack", help="the local stack (Apache Kafka or Tansu + 2 memcached)")
     p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument(
+        "--broker",
+        choices=BROKERS,
+        help="up: kafka (Apache Kafka, needs Java) or tansu; default FANOUT_BROKER, else kafka "
+        "where Java is present",
+    )
     p.add_argument("--purge", action="store_true", help="down: also delete .fanout/ (edge store)")
     p.add_argument(
         "--edge-store",

@@ -1,5 +1,6 @@
-"""The embedded local stack: one Tansu broker and two memcached servers on loopback, and with
-``--edge-store mongodb`` a FerretDB server (fanout/mongo_server.py) holding the edge store.
+"""The local stack: one broker (Apache Kafka or Tansu, see ``fanout.broker_choice``) and two
+memcached servers on loopback, and with ``--edge-store mongodb`` a FerretDB server
+(fanout/mongo_server.py) holding the edge store.
 
 State lives in ``$FANOUT_HOME/stack.json`` (pids and addresses) so that every later ``fanout``
 command finds the servers without exports. Ports are picked free at ``up`` time, which is what
@@ -26,7 +27,9 @@ from typing import Literal
 import orjson
 from confluent_kafka.admin import AdminClient
 
-from fanout import mongo_server
+from fanout import kafka_node, mongo_server
+from fanout.broker_choice import BROKERS, Broker, BrokerChoiceError, chosen_broker
+from fanout.kafka_jars import KafkaJarsError
 from fanout.ports import free_port, listens
 from fanout.settings import fanout_home, stack_file
 from producers import create_topics
@@ -53,6 +56,7 @@ class StackState:
     kafka: str
     memcached: str
     services: list[Service] = field(default_factory=list)
+    broker: Broker = "tansu"  # which one the `kafka` address is
     edge_store: str | None = None  # the FerretDB URL when the stack runs one
 
     def save(self, path: Path) -> None:
@@ -66,7 +70,8 @@ class StackState:
             return None
         raw = orjson.loads(path.read_bytes())
         services = [Service(**s) for s in raw["services"]]
-        return cls(raw["kafka"], raw["memcached"], services, raw.get("edge_store"))
+        broker = raw.get("broker", "tansu")
+        return cls(raw["kafka"], raw["memcached"], services, broker, raw.get("edge_store"))
 
 
 def tansu_binary() -> str:
@@ -243,7 +248,7 @@ def stack_status(state: StackState | None) -> dict[str, bool]:
         return {}
     result = {}
     for svc in state.services:
-        if svc.name == "tansu":
+        if svc.name in BROKERS:
             result[f"{svc.name} {svc.address}"] = _pid_alive(svc.pid) and kafka_answers(svc.address)
         elif svc.name == "ferretdb":
             url = mongo_server.database_url(svc.address)
@@ -254,12 +259,32 @@ def stack_status(state: StackState | None) -> dict[str, bool]:
     return result
 
 
+def _start_broker(broker: Broker, logs: Path, deadline: float) -> Service:
+    if broker == "tansu":
+        return start_listening("tansu", _tansu_argv, kafka_answers, logs, deadline)
+    try:
+        node = kafka_node.start_single_node(
+            fanout_home() / "kafka", logs, deadline - time.monotonic()
+        )
+    except (kafka_node.KafkaNodeError, KafkaJarsError) as exc:
+        raise StackError(str(exc)) from exc
+    return Service("kafka", node.pid, node.node.bootstrap)
+
+
 def stack_up(
-    topics: Topics, partitions: int, timeout: float = 30.0, edge_store: EdgeStoreKind = "sqlite"
+    topics: Topics,
+    partitions: int,
+    broker: Broker | None = None,
+    timeout: float = 60.0,
+    edge_store: EdgeStoreKind = "sqlite",
 ) -> StackState:
-    """Start what is not running; a healthy recorded stack is left alone (``mongodb`` adds a
-    FerretDB server to it when it has none). The edge store of a stack without FerretDB is the
-    embedded SQLite file."""
+    """Start what is not running; a healthy recorded stack is left alone (unless its broker is
+    not the one chosen; ``mongodb`` adds a FerretDB server to it when it has none). The edge
+    store of a stack without FerretDB is the embedded SQLite file."""
+    try:
+        wanted = chosen_broker(broker)
+    except BrokerChoiceError as exc:
+        raise StackError(str(exc)) from exc
     home = fanout_home()
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -267,7 +292,7 @@ def stack_up(
     existing = StackState.load(stack_file())
     if existing is not None:
         status = stack_status(existing)
-        if status and all(status.values()):
+        if status and all(status.values()) and existing.broker == wanted:
             if edge_store == "mongodb" and existing.edge_store is None:
                 _add_ferretdb(existing, logs, deadline)
                 existing.save(stack_file())
@@ -280,9 +305,9 @@ def stack_up(
             services.append(
                 start_listening(f"memcached{i}", _memcached_argv, memcached_answers, logs, deadline)
             )
-        services.append(start_listening("tansu", _tansu_argv, kafka_answers, logs, deadline))
+        services.append(_start_broker(wanted, logs, deadline))
         memcached = ",".join(s.address for s in services[:-1])
-        state = StackState(services[-1].address, memcached, services)
+        state = StackState(services[-1].address, memcached, services, wanted)
         if edge_store == "mongodb":
             _add_ferretdb(state, logs, deadline)
     except StackError:

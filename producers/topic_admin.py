@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
 
 
 def create_topics(
@@ -17,7 +22,9 @@ def create_topics(
     extra_config: Mapping[str, Any] | None = None,
     timeout: float = 30.0,
 ) -> dict[str, str]:
-    """Returns ``{topic: "created" | "exists"}``; any other failure raises."""
+    """Returns ``{topic: "created" | "exists"}`` once the leader of every partition serves it;
+    any other failure raises. (Apache Kafka acknowledges a creation before its brokers serve the
+    new partitions: a client asking at once is told NOT_LEADER_FOR_PARTITION.)"""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(extra_config or {})})
     futures = admin.create_topics(
         [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in names],
@@ -33,4 +40,29 @@ def create_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
             outcome[name] = "exists"
+    _await_leaders(admin, list(outcome), time.monotonic() + timeout)
     return outcome
+
+
+def _await_leaders(admin: AdminClient, names: list[str], deadline: float) -> None:
+    """Until the leader of every partition answers ListOffsets for it."""
+    pending: list[TopicPartition] = []
+    metadata = admin.list_topics(timeout=max(deadline - time.monotonic(), 0.1))
+    for name in names:
+        topic = metadata.topics.get(name)
+        count = len(topic.partitions) if topic is not None and topic.error is None else 0
+        pending += [TopicPartition(name, p) for p in range(count)]
+    while pending:
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets({tp: latest for tp in pending}, request_timeout=5)
+        failed = []
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException:
+                failed.append(tp)
+        pending = failed
+        if pending and time.monotonic() > deadline:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"not served: {pending[:3]}"))
+        if pending:
+            time.sleep(0.05)

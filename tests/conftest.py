@@ -1,4 +1,10 @@
-"""Shared fixtures: one real local stack (Tansu + 2 memcached) per test session.
+"""Shared fixtures: one real local stack (a broker + 2 memcached) per test session.
+
+The broker is Apache Kafka where Java is present and its jars are cached (``.ci/bootstrap``
+fetches them), Tansu otherwise; ``FANOUT_BROKER`` decides explicitly (see
+``fanout.broker_choice``), and pytest's header names it. Tests of behaviour only Apache Kafka has
+are marked ``apache_kafka`` and skipped on Tansu; ``tansu_smoke`` marks the set CI also runs on
+Tansu.
 
 The stack is started by the project's own ``fanout.stack`` code under a private FANOUT_HOME with
 free ports, so two test runs on one machine never collide. Each test gets its own topic prefix,
@@ -24,6 +30,8 @@ _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
 from fanout import stack  # noqa: E402
+from fanout.broker_choice import chosen_broker  # noqa: E402
+from fanout.kafka_jars import kafka_version  # noqa: E402
 from fanout.ports import refusing_address  # noqa: E402
 from fanout.settings import Settings, environment  # noqa: E402
 from graph import ListSettings, ListStore  # noqa: E402
@@ -36,6 +44,27 @@ if TYPE_CHECKING:
     from tests.mongo_servers import EdgeStoreChoice
 
 pytest_plugins = ["tests.fault.report", "tests.mongo_servers"]
+
+# Decided once; `fanout stack up` run by tests in their own homes starts the same broker.
+_EXPLICIT = os.environ.get("FANOUT_BROKER")
+BROKER = chosen_broker(fetch_allowed=False)
+os.environ["FANOUT_BROKER"] = BROKER
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "apache_kafka: checks behaviour of Apache Kafka that Tansu lacks (skipped there)"
+    )
+    config.addinivalue_line("markers", "tansu_smoke: also run against Tansu in CI")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if BROKER == "kafka":
+        return
+    skip = pytest.mark.skip(reason=f"needs Apache Kafka; this run's broker is {BROKER}")
+    for item in items:
+        if item.get_closest_marker("apache_kafka"):
+            item.add_marker(skip)
 
 
 @pytest.fixture
@@ -50,7 +79,7 @@ def restored_gc() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def local_stack() -> Iterator[stack.StackState]:
-    state = stack.stack_up(Topics("boot"), partitions=1)
+    state = stack.stack_up(Topics("boot"), partitions=1, broker=BROKER)
     yield state
     stack.stack_down(purge=True)
 
@@ -128,7 +157,12 @@ def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) ->
 def pytest_report_header() -> list[str]:
     from tests.mongo_servers import report_header
 
-    return [report_header()]
+    broker = f"Apache Kafka {kafka_version()} (KRaft, one node)" if BROKER == "kafka" else "Tansu"
+    return [
+        f"broker: {broker}, "
+        + (f"FANOUT_BROKER={_EXPLICIT}" if _EXPLICIT else "the default (Java and the jars found)"),
+        report_header(),
+    ]
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -20,3 +20,16 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 20.0)
         messages += [m for m in consumer.consume(500, 0.5) if m.error() is None]
     consumer.close()
     return messages
+
+
+def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition, the offset the next message will get (the log end, on Apache Kafka)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in metadata.partitions
+        }
+    finally:
+        consumer.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -265,8 +266,9 @@ class SlowOnce(Recording):
 
 
 def test_a_commit_refused_after_a_rebalance_is_dropped_and_the_batch_redelivered(
-    settings: Settings,
+    settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="fanout.consumer")
     publish(settings, ["a", "b", "c"])
     applier = SlowOnce(seconds=8.0)
     loop = loop_for(settings, applier, max_poll_interval_ms=6000)
@@ -275,5 +277,7 @@ def test_a_commit_refused_after_a_rebalance_is_dropped_and_the_batch_redelivered
     loop.source.close()
     assert stats.commits_rejected == 1
     assert kicked == 1
+    # What the broker answers a member it has put out of the group (test_failure_policy).
+    assert "UNKNOWN_MEMBER_ID" in caplog.text
     assert sorted(applier.applied) == ["a", "a", "b", "b", "c", "c"]  # at least once
     assert committed_total(settings) == 3

@@ -54,7 +54,8 @@ def test_limits_are_validated() -> None:
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
-        (KafkaError.UNKNOWN_MEMBER_ID, CommitRejected),  # measured on Tansu after a kick
+        # Apache Kafka's and Tansu's answer to a kicked member's commit (test_consume_loop).
+        (KafkaError.UNKNOWN_MEMBER_ID, CommitRejected),
         (KafkaError.ILLEGAL_GENERATION, CommitRejected),
         (KafkaError.REBALANCE_IN_PROGRESS, CommitRejected),
         (KafkaError.COORDINATOR_NOT_AVAILABLE, CommitRetriable),

@@ -63,6 +63,7 @@ def read_all(settings: Settings) -> dict[str, list[TimelineEntry]]:
 
 
 @pytest.mark.edge_stores("sqlite", "ferretdb-collection")
+@pytest.mark.tansu_smoke
 def test_timelines_equal_the_model_through_chunks_celebrities_unfollows_and_flushes(
     settings: Settings,
 ) -> None:

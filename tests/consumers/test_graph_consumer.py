@@ -1,4 +1,4 @@
-"""The graph consumer end to end: publisher -> Tansu -> `fanout consume graph` -> lists."""
+"""The graph consumer end to end: publisher -> broker -> `fanout consume graph` -> lists."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def test_sigterm_finishes_the_batch_commits_and_exits(settings: Settings) -> Non
     )
     consumer.close()
     # Offsets start at 0 in every partition, so the committed offsets add up to the messages
-    # consumed. (Tansu's watermark answers are not reliable enough to compare against.)
+    # consumed.
     assert sum(tp.offset for tp in committed) == 500
     assert_lists_match(settings, model)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from fanout.settings import Settings, fanout_home
 from tests.conftest import run_cli
 
 
+@pytest.mark.tansu_smoke
 def test_the_demo_delivers_into_cached_timelines_and_checks_every_timeline(
     settings: Settings,
 ) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,7 +17,7 @@ from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
 from tests.conftest import run_cli
-from tests.kafka_helpers import read_topic
+from tests.kafka_helpers import high_watermarks
 
 USERS = [f"u{i}" for i in range(25)]
 
@@ -40,6 +39,7 @@ def ok(settings: Settings, *args: str) -> str:
     return done.stderr.decode()
 
 
+@pytest.mark.tansu_smoke
 def test_replay_rebuilds_an_empty_store_and_cache_and_changes_nothing_over_live_state(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -80,7 +80,8 @@ def publish_early_and_late(settings: Settings) -> EarlyAndLate:
     with wiring.publisher(settings) as publisher:
         for i in range(30):
             publisher.publish({"type": "follow", "follower": f"early{i}", "followee": f"e{i % 4}"})
-    early = counted(settings, 30)
+    early = high_watermarks(settings.kafka, settings.topics.graph)
+    assert sum(early.values()) == 30
     time.sleep(0.3)
     moment = datetime.now(UTC)
     time.sleep(0.3)
@@ -88,15 +89,6 @@ def publish_early_and_late(settings: Settings) -> EarlyAndLate:
         for i in range(20):
             publisher.publish({"type": "follow", "follower": f"late{i}", "followee": f"e{i % 4}"})
     return EarlyAndLate(moment, early)
-
-
-def counted(settings: Settings, expected: int) -> dict[int, int]:
-    """Messages per partition, counted by reading them: Tansu's high watermark is the last
-    record batch's base offset + 1, not the log end, so it cannot say."""
-    messages = read_topic(settings.kafka, settings.topics.graph, expected)
-    assert len(messages) == expected
-    partitions = Counter(int(m.partition()) for m in messages)
-    return {p: partitions[p] for p in range(6)}  # the settings fixture's 6 partitions
 
 
 def replayed_followers(settings: Settings) -> list[str]:
@@ -110,21 +102,36 @@ def replayed_followers(settings: Settings) -> list[str]:
 LATE = sorted(f"late{i}" for i in range(20))
 
 
-def test_replay_from_time_starts_at_the_first_event_at_or_after_it(settings: Settings) -> None:
-    """Whatever the broker answers (Tansu is right or answers 0, depending on its mood)."""
+@pytest.mark.apache_kafka
+def test_replay_from_time_starts_where_the_broker_says_and_knows_how_far_it_goes(
+    settings: Settings,
+) -> None:
+    """Apache Kafka answers ListOffsets by time exactly: the start is its answer (no partition
+    scanned), and the progress total of each partition is its log end."""
     run = publish_early_and_late(settings)
-    ok(settings, "replay", "graph", "--from-time", run.moment.isoformat(), "--until-idle", "3")
+    starts = resolve(
+        settings.kafka, settings.topics.graph, FromTime(int(run.moment.timestamp() * 1000))
+    )
+    assert {s.partition: s.offset for s in starts} == run.early_ends
+    assert not [s.partition for s in starts if s.scanned]
+    ends = high_watermarks(settings.kafka, settings.topics.graph)
+    assert {s.partition: s.end for s in starts} == ends and sum(ends.values()) == 50
+    out = ok(
+        settings, "replay", "graph", "--from-time", run.moment.isoformat(), "--until-idle", "3"
+    )
+    assert "wrong: found by scanning" not in out
     assert replayed_followers(settings) == LATE
 
 
 BROKER_ANSWERS: dict[str, Callable[[int], int]] = {
     "correct, as Apache Kafka answers": lambda truth: truth,
-    "zero, as Tansu sometimes answers": lambda truth: 0,
+    "zero": lambda truth: 0,
     "one too late": lambda truth: truth + 1,
     "one too early": lambda truth: max(truth - 1, 0),
 }
 
 
+@pytest.mark.apache_kafka  # the true starts are the high watermarks after the early phase
 @pytest.mark.parametrize("answer", BROKER_ANSWERS)
 def test_replay_from_time_trusts_only_a_broker_answer_the_messages_confirm(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, answer: str
@@ -147,6 +154,7 @@ def test_replay_from_time_trusts_only_a_broker_answer_the_messages_confirm(
     assert {s.partition for s in starts if s.scanned} == wrong
 
 
+@pytest.mark.apache_kafka
 def test_replay_from_offsets_starts_at_the_saved_offsets(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -16,12 +16,14 @@ from fanout import wiring
 from fanout.mongo_server import identify, mongo_answers
 from fanout.settings import Settings
 from fanout.stack import StackState
+from tests.conftest import BROKER
 from tests.mongo_servers import ferretdb_skip_reason
 
 
 def fanout(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FANOUT_")}
     env["FANOUT_HOME"] = str(home)
+    env["FANOUT_BROKER"] = BROKER  # the session's broker
     return subprocess.run(
         [sys.executable, "-m", "fanout", *args],
         env=env,
@@ -32,12 +34,14 @@ def fanout(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.tansu_smoke
 def test_up_twice_status_followers_down(tmp_path: Path) -> None:
     home = tmp_path / "home"
     first = fanout(home, "stack", "up")
     assert first.returncode == 0, first.stderr
     state = StackState.load(home / "stack.json")
     assert state is not None and len(state.memcached.split(",")) == 2
+    assert state.broker == BROKER  # FANOUT_BROKER, as the session's stack
     again = fanout(home, "stack", "up")
     assert again.returncode == 0 and StackState.load(home / "stack.json") == state
     status = fanout(home, "stack", "status")

@@ -23,6 +23,7 @@ PROPERTY = "fault_figures"
 SUMMARY_KEYS = [
     "events",
     "kills",
+    "broker_kills",
     "cache_flushes",
     "memcached_restarts",
     "removals",

@@ -94,6 +94,7 @@ def partitions(settings: Settings) -> dict[bytes, set[int]]:
     return landed
 
 
+@pytest.mark.apache_kafka  # kafkajs's idempotent producer needs InitProducerId
 def test_node_events_are_applied_exactly_as_python_ones(settings: Settings, tmp_path: Path) -> None:
     settings = settings.model_copy(update={"max_poll_interval_ms": 6000})  # a 3 s group join
     node_run = settings.model_copy(

@@ -6,8 +6,9 @@
 //   node produce.js BOOTSTRAP PREFIX < events.jsonl     (one JSON event per line)
 //
 // Prints {"sent": N, "rejected": [{"line": N, "errors": [...]}, ...]} and exits 1 if any line
-// was rejected. Idempotence is off: the dev broker (Tansu) refuses InitProducerId. One request
-// in flight keeps a partition's events in order across retries without it.
+// was rejected. The producer is idempotent (the broker deduplicates a batch resent after a lost
+// acknowledgement, and keeps a partition's batches in order across retries); Apache Kafka grants
+// the producer id it needs, the dev broker (Tansu) refuses it.
 "use strict";
 
 const fs = require("fs");
@@ -25,7 +26,7 @@ async function main() {
   const kafka = new Kafka({ clientId: "node-producer", brokers: [bootstrap], logLevel: logLevel.ERROR });
   const producer = kafka.producer({
     createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as Java and EventPublisher
-    idempotent: false,
+    idempotent: true,
     maxInFlightRequests: 1,
   });
   await producer.connect();
