@@ -88,8 +88,13 @@ def java_binary() -> str | None:
 
 
 def new_cluster_id() -> str:
-    """A Kafka Uuid in its text form (URL-safe base64 of 16 bytes, unpadded)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id as Kafka makes them (``Uuid.randomUuid``): base64url of 16 random
+    bytes, never starting with ``-``, which the storage tool's parser would take for an option
+    (one id in 64 does)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 def server_properties(node: KafkaNode, voters: Sequence[KafkaNode]) -> str:

@@ -5,6 +5,13 @@ write only lands when its position is newer, so applying events twice or out of 
 the same state and a replay never regresses it. An unfollow leaves an inactive edge behind (a
 tombstone carrying its position) for the same reason, and a removed user keeps the position of its
 removal so that an older follow arriving late cannot bring an edge back.
+
+What converges is whether each edge is active, and the lists built from that. The position
+stored on an edge that is off is the position of the write that switched it off: a removal
+switches off only the user's active edges, so a tombstone already there keeps its own
+(older) position, and which of an unfollow and a removal switched an edge off can depend on
+arrival order. In a MongoDB store with a separate ``following`` collection the two copies of
+an edge can likewise end off at different positions. Neither changes whether an edge is active.
 """
 
 from __future__ import annotations

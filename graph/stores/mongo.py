@@ -20,24 +20,15 @@ of the insert dropped its write even when its position was the newer one.)
 fine while the graph fits one shard) or a separate ``following`` collection holding the flipped
 edges (``"collection"``), so that each collection can be sharded by its own key.
 
-``edge_counts`` holds each user's active follower and following counts (``{_id: user,
-followers, following}``), read in one lookup. Without multi-document transactions a count
-cannot change atomically with its edge, so every edge document also records whether it is
-counted (``c``), and a count moves only with a flip of that mark: after its writes, ``apply``
-(and ``remove_user``) settles each edge it touched, flipping ``c`` to ``a`` with a conditional
-update that names the state it read (``{_id, a, c}``), and adds +1/-1 for each flip it made.
-A flip is made by exactly one settler however many race (the update is atomic on the document,
-and a document whose ``a`` moved meanwhile no longer matches), and the last writer of an edge
-settles after its own write, so once writers are done ``c == a`` everywhere and each count is
-the number of its counted edges: exact under concurrent consumers, replays and
-unfollow/refollow races. Not across a crash: a process that dies between its flips and the
-``$inc`` that follows them loses those deltas (at most one batch's flips; a redelivered batch
-finds its edges settled). ``recounted`` computes the true counts from the edges.
+Follower and following counts are counted on the covered index of active edges
+(``count_documents`` on ``(_f, a)``): exact whatever the interleaving of writers, but their cost
+grows with the list (index keys, not documents). Maintaining them as edges change state needs
+each change's before-image without a transaction; the SQLite store does keep them (triggers in
+the edge's own transaction).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -94,7 +85,6 @@ class MongoEdgeStore(StoreQueries):
         self._followers: Collection[Any] = db["followers"]
         self._users: Collection[Any] = db["users"]
         self._posts: Collection[Any] = db["posts"]
-        self._counts: Collection[Any] = db["edge_counts"]
         self._following: Collection[Any] = (
             db["following"] if following_mode == "collection" else self._followers
         )
@@ -176,7 +166,6 @@ class MongoEdgeStore(StoreQueries):
         }
         for (follower, followee), pos in late.items():
             self._switch_off({"_f": followee, "_t": follower}, pos)
-        self._settle_counts([c.edge for c in live])
         return [c for c in live if c.edge not in late]
 
     def _switch_off(self, edge: dict[str, str], pos: int) -> None:
@@ -213,61 +202,7 @@ class MongoEdgeStore(StoreQueries):
             following = [d["_f"] for d in found]
         else:
             following = [d["_t"] for d in self._following.find({"_f": user, **off}, {"_t": 1})]
-        self._settle_counts([(f, user) for f in followers] + [(user, f) for f in following])
         return RemovedUser(tuple(followers), tuple(following))
-
-    def _settle_counts(self, edges: Sequence[tuple[str, str]]) -> None:
-        """Bring each ``(follower, followee)`` edge's counted mark to its state, counting the
-        flips this call made (see the module's docstring for why that is exact)."""
-        if not edges:
-            return
-        deltas: Counter[tuple[str, str]] = Counter()
-        # (collection, its documents' keys as (_f, _t), the counts each _f/_t end moves)
-        sides: list[tuple[Collection[Any], list[tuple[str, str]], tuple[str | None, ...]]]
-        by_followee = [(followee, follower) for follower, followee in edges]
-        if self._mode == "index":
-            sides = [(self._followers, by_followee, ("followers", "following"))]
-        else:
-            sides = [
-                (self._followers, by_followee, ("followers", None)),
-                (self._following, list(edges), ("following", None)),
-            ]
-        for collection, keys, fields in sides:
-            for doc in self._unsettled(collection, keys):
-                counted = {"$ne": True} if not doc.get("c") else True
-                flipped = collection.find_one_and_update(
-                    {"_id": doc["_id"], "a": doc["a"], "c": counted},
-                    {"$set": {"c": doc["a"]}},
-                )
-                if flipped is not None:
-                    for end, field in zip(("_f", "_t"), fields, strict=True):
-                        if field is not None:
-                            deltas[(doc[end], field)] += 1 if doc["a"] else -1
-        moved = sorted((key, delta) for key, delta in deltas.items() if delta)
-        if not moved:
-            return
-        # As with edges: create what is missing, then change what exists (no upsert races).
-        users = sorted({user for (user, _), _ in moved})
-        self._insert_absent(
-            self._counts, [{"_id": u, "followers": 0, "following": 0} for u in users]
-        )
-        ops = [UpdateOne({"_id": user}, {"$inc": {field: delta}}) for (user, field), delta in moved]
-        self._update_many(self._counts, ops)
-
-    @staticmethod
-    def _unsettled(collection: Collection[Any], keys: Sequence[tuple[str, str]]) -> list[Doc]:
-        """The documents among ``keys`` (``(_f, _t)``) whose counted mark differs from their
-        state, read a few hundred keys per query."""
-        found: list[Doc] = []
-        unique = sorted(set(keys))
-        for start in range(0, len(unique), 400):
-            chunk = unique[start : start + 400]
-            docs = collection.find(
-                {"$or": [{"_f": f, "_t": t} for f, t in chunk]},
-                {"_f": 1, "_t": 1, "a": 1, "c": 1},
-            )
-            found += [d for d in docs if bool(d.get("c")) != bool(d["a"])]
-        return found
 
     def snapshot(self, ref: ListRef) -> Snapshot:
         if ref.kind is ListKind.FOLLOWERS:
@@ -314,9 +249,8 @@ class MongoEdgeStore(StoreQueries):
         return self._page(self._following, "_f", "_t", user, group, after, limit)
 
     def counts(self, user: str) -> EdgeCounts:
-        """One lookup in the maintained counts, whatever the lists' sizes."""
-        doc = self._counts.find_one({"_id": user}) or {}
-        return EdgeCounts(doc.get("followers", 0), doc.get("following", 0))
+        """Counted on the covered index of active edges (see the module's docstring)."""
+        return self.recounted(user)
 
     def recounted(self, user: str) -> EdgeCounts:
         following_key = "_t" if self._mode == "index" else "_f"

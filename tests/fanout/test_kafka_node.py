@@ -43,3 +43,8 @@ def test_a_node_whose_controller_port_was_taken_starts_again_on_free_ports(
         assert "BindException" in (tmp_path / "logs" / "kafka.log").read_text()
     finally:
         os.kill(node.pid, signal.SIGKILL)
+
+
+def test_a_cluster_id_never_reads_as_an_option_to_the_storage_tool() -> None:
+    """One random id in 64 starts with ``-``; the storage tool would take it for an option."""
+    assert not any(kafka_node.new_cluster_id().startswith("-") for _ in range(5_000))

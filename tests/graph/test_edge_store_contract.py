@@ -430,34 +430,3 @@ def test_a_page_past_any_id_starts_at_the_next_active_member(edge_store: EdgeSto
     assert edge_store.followers("star", after="a", limit=2) == ["b", "f"]  # d unfollowed
     assert edge_store.followers("star", after="h", limit=2) == []
     assert edge_store.following("star", after="y", limit=5) == ["z"]
-
-
-class _FlipDuringSettle(MongoEdgeStore):
-    """Another consumer changes an edge between this store's read of the edges to settle and
-    its conditional flips: the flip it planned must not land, the other's must."""
-
-    racing: list[EdgeChange]
-    other: MongoEdgeStore
-
-    def _unsettled(self, collection: Any, keys: Any) -> list[Any]:
-        found = super()._unsettled(collection, keys)
-        while self.racing:
-            self.other.apply([self.racing.pop()])
-        return found
-
-
-@pytest.mark.parametrize("mode", ["collection", "index"])
-def test_mongo_counts_stay_exact_when_an_edge_flips_during_a_settle(
-    mode: Any, ferretdb: MongoServer
-) -> None:
-    db = ferretdb.client()[f"settle_{mode}"]
-    store = _FlipDuringSettle(db, mode)
-    store.other = MongoEdgeStore(db, mode)
-    store.racing = [unfollow("a", "b", 5)]
-    store.apply([follow("a", "b", 1)])  # read as a=True, then switched off before the flip
-    assert store.counts("b") == store.recounted("b") == EdgeCounts(0, 0)
-    assert store.counts("a") == store.recounted("a") == EdgeCounts(0, 0)
-    store.racing = [follow("a", "b", 9)]
-    store.apply([unfollow("a", "b", 7), follow("c", "b", 8)])
-    assert store.counts("b") == store.recounted("b") == EdgeCounts(2, 0)
-    assert store.counts("a") == store.recounted("a") == EdgeCounts(0, 1)
