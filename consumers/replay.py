@@ -66,11 +66,12 @@ class _Probe:
         meta = self.consumer.list_topics(self.topic, timeout=10).topics[self.topic]
         return sorted(meta.partitions)
 
-    def end(self, partition: int) -> int:
-        _low, high = self.consumer.get_watermark_offsets(
+    def bounds(self, partition: int) -> tuple[int, int]:
+        """(first kept offset, high watermark): retention or deleted records move the first."""
+        low, high = self.consumer.get_watermark_offsets(
             TopicPartition(self.topic, partition), timeout=10
         )
-        return int(high)
+        return int(low), int(high)
 
     def timestamp_at(self, partition: int, offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first message at or after ``offset``; None at the end."""
@@ -109,11 +110,13 @@ class _Probe:
         self.consumer.close()
 
 
-def _verified(probe: _Probe, partition: int, candidate: int, ts_ms: int) -> bool:
+def _verified(probe: _Probe, partition: int, candidate: int, ts_ms: int, low: int) -> bool:
+    """Whether ``candidate`` is the first kept message at or after ``ts_ms``: it is not
+    earlier, and the message before it (when one is kept) is."""
     found = probe.timestamp_at(partition, candidate)
     if found is not None and found[1] < ts_ms:
         return False
-    if candidate == 0:
+    if candidate <= low:
         return True
     before = probe.timestamp_at(partition, candidate - 1)
     return before is not None and before[1] < ts_ms
@@ -125,7 +128,8 @@ def resolve(
     probe = _Probe(bootstrap, topic, extra)
     try:
         partitions = probe.partitions()
-        ends = {p: probe.end(p) for p in partitions}
+        bounds = {p: probe.bounds(p) for p in partitions}
+        ends = {p: high for p, (_, high) in bounds.items()}
         if isinstance(start, FromBeginning):
             return [PartitionStart(p, 0, ends[p]) for p in partitions]
         if isinstance(start, FromOffsets):
@@ -136,10 +140,11 @@ def resolve(
             candidate = answers.get(p, -1)
             if candidate < 0:  # nothing at or after the time: the end, if the messages agree
                 candidate = ends[p]
-            if _verified(probe, p, candidate, start.ms):
+            low = bounds[p][0]
+            if _verified(probe, p, candidate, start.ms, low):
                 result.append(PartitionStart(p, candidate, ends[p]))
             else:
-                result.append(PartitionStart(p, probe.scan(p, 0, start.ms), ends[p], True))
+                result.append(PartitionStart(p, probe.scan(p, low, start.ms), ends[p], True))
         return result
     finally:
         probe.close()

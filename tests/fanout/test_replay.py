@@ -123,6 +123,26 @@ def test_replay_from_time_starts_where_the_broker_says_and_knows_how_far_it_goes
     assert replayed_followers(settings) == LATE
 
 
+@pytest.mark.apache_kafka  # Tansu has no DeleteRecords
+def test_replay_from_time_before_a_trimmed_logs_first_kept_message_starts_there_unscanned(
+    settings: Settings,
+) -> None:
+    """Retention or deleted records move a partition's first kept offset: a time before it
+    starts there, as the broker answers, and the message before it (gone) is not asked for."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    run = publish_early_and_late(settings)
+    trimmed = {p: end for p, end in run.early_ends.items() if end > 0}
+    admin = AdminClient({"bootstrap.servers": settings.kafka})
+    asked = [TopicPartition(settings.topics.graph, p, end) for p, end in trimmed.items()]
+    for future in admin.delete_records(asked, request_timeout=10).values():
+        future.result(timeout=30)
+    starts = resolve(settings.kafka, settings.topics.graph, FromTime(0))
+    assert {s.partition: s.offset for s in starts if s.partition in trimmed} == trimmed
+    assert not [s.partition for s in starts if s.scanned]
+
+
 BROKER_ANSWERS: dict[str, Callable[[int], int]] = {
     "correct, as Apache Kafka answers": lambda truth: truth,
     "zero": lambda truth: 0,
