@@ -105,7 +105,11 @@ class TokenVerifier:
             )
         except jwt.PyJWTError as exc:
             raise unauthorized(f"invalid token: {exc}", "invalid_token") from None
-        if claims["exp"] > time.time() + self.max_lifetime_s:
+        # PyJWT checks a numeric string as the number it spells; the claim must be a number.
+        exp = claims["exp"]
+        if not isinstance(exp, int | float) or isinstance(exp, bool):
+            raise unauthorized("invalid token: exp must be a number", "invalid_token")
+        if exp > time.time() + self.max_lifetime_s:
             raise unauthorized(
                 f"invalid token: exp is more than {self.max_lifetime_s} s away "
                 "(FANOUT_API_JWT_MAX_LIFETIME_S)",

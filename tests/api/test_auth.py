@@ -159,6 +159,7 @@ def test_tokens_without_exp_or_living_longer_than_the_setting_are_refused(
         assert status == 401 and "FANOUT_API_JWT_MAX_LIFETIME_S" in detail
         assert answer(exp=now + 10 * 365 * 86400)[0] == 401
         assert answer(exp="tomorrow")[0] == 401
+        assert answer(exp=str(now + 600)) == (401, "invalid token: exp must be a number")
 
 
 def test_publishing_needs_the_scope_and_acts_only_for_the_sub(secured: TestClient) -> None:
