@@ -1,12 +1,14 @@
 """A Kafka consumer that hands out batches and commits exactly what it is told to.
 
 Auto-commit is off: the loop commits a batch's offsets only after its effects are durable
-(at-least-once). Idle time counts from the last message or the last change of assignment, and
-never before a session timeout has passed since the consumer started, unless this member was
-assigned every partition of its topics: a consumer restarted after a crash may first get only
-part of them while its dead predecessor still holds the rest, and "nothing arrived" means nothing
-until that predecessor's session has expired and the group rebalanced. Holding every partition,
-there is no predecessor to wait for, and the idle clock runs from the assignment.
+(at-least-once). Idle time counts from the first poll that found nothing after a message (not
+from the message: a batch that took longer than the idle bound to apply is work, not idleness)
+or from the last change of assignment (a kick for a late poll is one), and never before a
+session timeout has passed since the consumer started, unless this member was assigned every
+partition of its topics: a consumer restarted after a crash may first get only part of them
+while its dead predecessor still holds the rest, and "nothing arrived" means nothing until that
+predecessor's session has expired and the group rebalanced. Holding every partition, there is
+no predecessor to wait for, and the idle clock runs from the assignment.
 
 A replay passes an explicit ``assignment`` instead: the partitions and start offsets are given,
 nothing is negotiated with the group, and commits go to the replay's own group only.
@@ -128,7 +130,8 @@ class KafkaSource:
             }
         )
         self.assigned_at: float | None = None  # first assignment (joined the group)
-        self.last_message_at: float | None = None
+        # When polls started finding nothing (None while messages keep arriving).
+        self._empty_since: float | None = None
         self._last_change: float | None = None
         self._rebalancing = False
         self._early: list[Message] = []
@@ -203,20 +206,31 @@ class KafkaSource:
     def poll_batch(self, max_messages: int, timeout: float) -> list[Message]:
         if self._early:
             early, self._early = self._early, []
+            self._empty_since = None
             return early
         # consume(n, timeout) waits for n messages or the whole timeout: wait for the first one
         # only, then take what is already fetched, so a lone message is not held back.
+        asked_at = time.monotonic()
         first = self._consumer.poll(timeout)
         self._polled_at = time.monotonic()
         if first is None:
+            self._note_empty(asked_at)
             return []
         messages = (
             [first, *self._consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
         )
         good = [msg for msg in messages if not self._is_error(msg)]
         if good:
-            self.last_message_at = time.monotonic()
+            self._empty_since = None
+        else:
+            self._note_empty(asked_at)
         return good
+
+    def _note_empty(self, asked_at: float) -> None:
+        """A poll that began at ``asked_at`` found nothing: the idle clock starts there unless an
+        earlier empty poll started it."""
+        if self._empty_since is None:
+            self._empty_since = asked_at
 
     def _is_error(self, msg: Message) -> bool:
         """Whether poll returned an error event rather than a message: fatal ones raise, the
@@ -230,6 +244,7 @@ class KafkaSource:
             raise PermanentFailure(f"fatal Kafka consumer error: {err}")
         if err.code() == KafkaError._MAX_POLL_EXCEEDED:
             self.changes["kicked"] += 1
+            self._last_change = time.monotonic()
             log.warning(
                 "left the group: no poll for max.poll.interval.ms (%s); the batch in hand "
                 "will be consumed again from the last commit",
@@ -281,14 +296,16 @@ class KafkaSource:
         return 0.0 if since is None else time.monotonic() - since
 
     def idle_for(self) -> float:
-        """Seconds since the last message or assignment change; 0 until settled and while a
-        rebalance is in progress."""
+        """Seconds since polls started finding nothing, or since the last assignment change if
+        later; 0 until settled, while a rebalance is in progress and while messages arrive."""
         if self.assigned_at is None or self._last_change is None or self._rebalancing:
+            return 0.0
+        if self._empty_since is None:
             return 0.0
         now = time.monotonic()
         if now - self._started < self._settle_s and not self._owns_every_partition():
             return 0.0
-        return now - max(self.last_message_at or 0.0, self._last_change)
+        return now - max(self._empty_since, self._last_change)
 
     def commit(self, messages: Sequence[Message]) -> None:
         """Commit the offset after the last message of each partition, synchronously."""

@@ -215,6 +215,36 @@ def test_one_apply_longer_than_max_poll_interval_keeps_the_member_in_the_group(
     assert committed_total(settings) == 3
 
 
+class SlowFirstBatch(Recording):
+    """The first batch takes ``seconds`` in one wave, without a pulse (a store call that slow)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.calls = 0
+
+    def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.seconds)  # the slow store under test, not a synchronisation
+        super().apply(batch, pulse)
+
+
+def test_until_idle_does_not_count_a_slow_batch_or_the_kick_it_caused_as_idleness(
+    settings: Settings,
+) -> None:
+    """A batch slower than both the idle bound and max.poll.interval.ms: the member is put out
+    of its group, polls find nothing while it rejoins, and the run must still go on to consume
+    everything rather than take the time spent on the batch for idleness."""
+    publish(settings, ["a", "b", "c"])
+    applier = SlowFirstBatch(seconds=7.0)  # > max.poll.interval.ms and > until_idle
+    loop = loop_for(settings, applier, batch_size=1, max_poll_interval_ms=6000)
+    loop.run(until_idle=2.0)
+    loop.source.close()
+    assert set(applier.applied) == {"a", "b", "c"}
+    assert committed_total(settings) == 3
+
+
 def test_a_revocation_while_retrying_abandons_the_batch_to_the_new_owner(
     settings: Settings,
 ) -> None:
