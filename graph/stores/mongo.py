@@ -11,10 +11,12 @@ MongoDB applies atomically to the one document. After (1) the edge exists whoeve
 so (2) always finds it: the newest position wins whatever the interleaving of concurrent
 writers, with no retry loop and no reliance on the server retrying a duplicate-key upsert.
 Documents are never deleted (an unfollow is an inactive edge), which is what makes "exists
-after (1)" permanent. Only a duplicate-key error on an insert means "exists"; every other write
-error is raised. (An upsert filtered on "older than mine" took every duplicate-key error as
-"the stored edge is newer": two writers of a new edge both missed, both inserted, and the loser
-of the insert dropped its write even when its position was the newer one.)
+after (1)" permanent. User documents (a removal's position, the celebrity mark) are written the same
+way: insert, then update the one a concurrent writer created first. Only a duplicate-key error on an
+insert means "exists"; every other write error is raised. (An upsert filtered on "older than mine"
+took every duplicate-key error as "the stored edge is newer": two writers of a new edge both missed,
+both inserted, and the loser of the insert dropped its write even when its position was the newer
+one.)
 
 "following of X" is either a reverse index on the same collection (``following_mode="index"``,
 fine while the graph fits one shard) or a separate ``following`` collection holding the flipped
@@ -29,7 +31,7 @@ the edge's own transaction).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from pymongo import ASCENDING, DESCENDING, UpdateOne
@@ -132,6 +134,17 @@ class MongoEdgeStore(StoreQueries):
             return [e["index"] for e in errors]
         return []
 
+    def _write_users(
+        self, docs: Sequence[dict[str, Any]], update: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Create each user document, or apply ``update(doc)`` to the one that exists (see the
+        module docstring): two writers creating one user at once both succeed, whether or not
+        the server retries a duplicate-key upsert."""
+        existing = self._insert_absent(self._users, list(docs))
+        ops = [UpdateOne({"_id": docs[i]["_id"]}, update(docs[i])) for i in existing]
+        if ops:
+            self._update_many(self._users, ops)
+
     def _write_edges(
         self, collection: Collection[Any], changes: Sequence[EdgeChange], flip: bool
     ) -> None:
@@ -192,7 +205,9 @@ class MongoEdgeStore(StoreQueries):
     def remove_user(self, user: str, pos: int) -> RemovedUser:
         """The user is recorded as removed first (see ``apply``); the neighbours are the edges
         this removal switched off, now or in an earlier attempt, so a retry names them all."""
-        self._users.update_one({"_id": user}, {"$max": {"removed": pos}}, upsert=True)
+        self._write_users(
+            [{"_id": user, "removed": pos}], lambda d: {"$max": {"removed": d["removed"]}}
+        )
         self._switch_off({"_f": user}, pos)
         self._switch_off({"_t": user}, pos)
         off = {"a": False, "p": pos}
@@ -320,9 +335,9 @@ class MongoEdgeStore(StoreQueries):
         )
 
     def add_celebrities(self, users: Iterable[str]) -> None:
-        ops = [UpdateOne({"_id": u}, {"$set": {"celeb": True}}, upsert=True) for u in users]
-        if ops:  # filtered on _id alone: MongoDB retries a duplicate-key upsert by itself
-            self._update_many(self._users, ops)
+        self._write_users(
+            [{"_id": u, "celeb": True} for u in users], lambda _: {"$set": {"celeb": True}}
+        )
 
     def celebrities(self) -> set[str]:
         return {d["_id"] for d in self._users.find({"celeb": True}, {"_id": 1})}
