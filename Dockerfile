@@ -10,10 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
+COPY memcache ./memcache
 COPY graph ./graph
 COPY producers ./producers
 COPY consumers ./consumers
 COPY api ./api
+COPY devstack ./devstack
 COPY fanout ./fanout
 COPY bench ./bench
 RUN pip install . \

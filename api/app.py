@@ -1,5 +1,5 @@
 """``create_app``: the ASGI application, from the API's settings and a way to open one thread's
-backends (the CLI's is fanout/serve_command.py, which wires them from the stack's settings).
+backends (the CLI's is fanout/api_server.py, which wires them from the stack's settings).
 
 Middleware, outermost first: metrics (sees every status sent), the catch-all that turns any
 unhandled exception into a problem response (503 for a transient backend failure), then

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from bench.__main__ import BENCHMARKS
-from fanout.broker_choice import BROKERS
+from devstack.broker_choice import BROKERS
 
 
 def _fanout(home: Path, *args: str) -> None:

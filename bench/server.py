@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fanout.ports import free_port
+from devstack.ports import free_port
 from fanout.settings import Settings, environment
 
 

@@ -13,8 +13,9 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
-from fanout import stack
-from fanout.settings import Settings, fanout_home, stack_file
+from devstack import stack
+from devstack.home import fanout_home, stack_file
+from fanout.settings import Settings
 from producers import create_topics
 
 

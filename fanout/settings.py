@@ -10,7 +10,6 @@ consumer group and embedded edge-store file are derived from the prefix, so two 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -21,19 +20,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from devstack.home import fanout_home, stack_file
 from schemas import Topics
 
-
-def fanout_home() -> Path:
-    """Where the local stack records its state; one per checkout unless FANOUT_HOME says."""
-    return Path(os.environ.get("FANOUT_HOME", ".fanout")).resolve()
-
-
 DEFAULT_TOPIC_PREFIX = "fanout"
-
-
-def stack_file() -> Path:
-    return fanout_home() / "stack.json"
 
 
 class Settings(BaseSettings):

@@ -2,11 +2,11 @@
 
 The broker is Apache Kafka where Java is present and its jars are cached (``.ci/bootstrap``
 fetches them), Tansu otherwise; ``FANOUT_BROKER`` decides explicitly (see
-``fanout.broker_choice``), and pytest's header names it. Tests of behaviour only Apache Kafka has
+``devstack.broker_choice``), and pytest's header names it. Tests of behaviour only Apache Kafka has
 are marked ``apache_kafka`` and skipped on Tansu; ``tansu_smoke`` marks the set CI also runs on
 Tansu.
 
-The stack is started by the project's own ``fanout.stack`` code under a private FANOUT_HOME with
+The stack is started by the project's own ``devstack.stack`` code under a private FANOUT_HOME with
 free ports, so two test runs on one machine never collide. Each test gets its own topic prefix,
 cache namespace and consumer group, so tests never see each other's data.
 """
@@ -29,10 +29,10 @@ import pytest
 _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
-from fanout import stack  # noqa: E402
-from fanout.broker_choice import chosen_broker  # noqa: E402
-from fanout.kafka_jars import kafka_version  # noqa: E402
-from fanout.ports import refusing_address  # noqa: E402
+from devstack import stack  # noqa: E402
+from devstack.broker_choice import chosen_broker  # noqa: E402
+from devstack.kafka_jars import kafka_version  # noqa: E402
+from devstack.ports import refusing_address  # noqa: E402
 from fanout.settings import Settings, environment  # noqa: E402
 from graph import ListSettings, ListStore  # noqa: E402
 from graph.stores.sqlite import SqliteEdgeStore  # noqa: E402

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pymongo
 import pytest
 
-from fanout import mongo_server, stack
+from devstack import mongo_server, stack
 from fanout.settings import fanout_home
 
 StoreKind = Literal["sqlite", "ferretdb-collection", "ferretdb-index"]

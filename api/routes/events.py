@@ -96,7 +96,7 @@ async def post_events(request: Request) -> Response:
     )
     events = parse(body)
     ctx.guard.publish_for(who, events)
-    # The producer's own message timeout is the API's (see fanout/serve_command.py), so every
+    # The producer's own message timeout is the API's (see fanout/api_server.py), so every
     # event has its delivery report by then: the flush waits a little longer than that.
     timeout = ctx.settings.publish_timeout_s + 5
     body = await ctx.pool.run(publish, events, timeout, ctx.settings.retry_after_s)

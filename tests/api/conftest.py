@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from api.settings import ApiSettings
 from fanout import wiring
-from fanout.serve_command import app_for
+from fanout.api_server import app_for
 from fanout.settings import Settings
 from graph.model.edges import EdgeChange, EdgeStore, PostRecord
 

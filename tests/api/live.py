@@ -13,7 +13,7 @@ from typing import Any
 from api.consumer_lag import ConsumerLag
 from consumers import ConsumeLoop
 from fanout import wiring
-from fanout.serve_command import watched_groups
+from fanout.api_server import watched_groups
 from fanout.settings import Settings
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fanout.ports import free_port, listens
+from devstack.ports import free_port, listens
 from fanout.settings import Settings
 from tests.api.conftest import SECRET, Graph, hs256
 from tests.conftest import run_cli, settings_env

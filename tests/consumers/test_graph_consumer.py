@@ -17,8 +17,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from consumers.halts import PermanentFailure
-from fanout import stack, wiring
-from fanout.settings import Settings, stack_file
+from devstack import stack
+from devstack.home import stack_file
+from fanout import wiring
+from fanout.settings import Settings
 from graph import ListKind, ListRef
 from producers import EventPublisher
 from tests.conftest import run_cli, settings_env

@@ -22,8 +22,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.halts import StuckWithoutAssignment
+from devstack.ports import free_port
 from fanout import wiring
-from fanout.ports import free_port
 from fanout.settings import Settings
 from tests.conftest import settings_env
 

@@ -12,8 +12,8 @@ import orjson
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from devstack.ports import free_port, listens
 from fanout import wiring
-from fanout.ports import free_port, listens
 from fanout.settings import Settings
 from graph import ListKind, ListRef
 from tests.conftest import settings_env

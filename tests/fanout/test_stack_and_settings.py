@@ -12,10 +12,10 @@ from pathlib import Path
 import pymongo
 import pytest
 
+from devstack.mongo_server import identify, mongo_answers
+from devstack.stack import StackState
 from fanout import wiring
-from fanout.mongo_server import identify, mongo_answers
 from fanout.settings import Settings
-from fanout.stack import StackState
 from tests.conftest import BROKER
 from tests.mongo_servers import ferretdb_skip_reason
 

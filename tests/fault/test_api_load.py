@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from bench.server import api_server
-from fanout import stack
+from devstack import stack
 from fanout.settings import Settings
 from graph.timelines.reader import TimelineEntry
 from tests.fault.harness import ConsumerProcess, Model, compare, fault_settings, record

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from fanout import kafka_node
+from devstack import kafka_node
 from tests.fault.harness import record
 
 pytestmark = [

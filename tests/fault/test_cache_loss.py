@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from fanout import stack, wiring
+from devstack import stack
+from fanout import wiring
 from fanout.settings import Settings
 from tests.fault.harness import MONGO_STORES, SIZE, compare, fault_settings, record, run_under_fault
 

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fanout import stack, wiring
+from devstack import stack
+from fanout import wiring
 from fanout.settings import Settings
 from tests.fault.harness import (
     SIZE,

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import uvloop
 
-from fanout.ports import free_port, listens
+from devstack.ports import free_port, listens
+from devstack.stack import StackState, memcached_answers, memcached_binary
 from fanout.settings import Settings
-from fanout.stack import StackState, memcached_answers, memcached_binary
 from memcache.async_cluster import AsyncMemcache, Replies
 from memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
 from memcache.wire import NOT_READ

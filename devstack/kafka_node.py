@@ -31,8 +31,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fanout.kafka_jars import classpath, fetch_jars
-from fanout.ports import free_port, listens
+from devstack.kafka_jars import classpath, fetch_jars
+from devstack.ports import free_port, listens
 
 PORT_ATTEMPTS = 5
 HEAP = "-Xmx256m"

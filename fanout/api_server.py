@@ -1,4 +1,4 @@
-"""``fanout serve``: the HTTP API (api/) on uvicorn, wired to the stack's settings.
+"""The HTTP API (api/) on uvicorn, wired to the stack's settings (``fanout serve``).
 
 ``build_app`` is the factory uvicorn calls in every worker process (settings come from the
 environment and the recorded stack, as for every command). Before anything listens,
@@ -123,7 +123,7 @@ def run_serve(host: str, port: int, workers: int, verbose: bool) -> int:
         api.max_header_bytes, api.max_headers, api.header_timeout_s, api.body_timeout_s
     )
     uvicorn.run(
-        "fanout.serve_command:build_app",
+        "fanout.api_server:build_app",
         factory=True,
         host=host,
         port=port,

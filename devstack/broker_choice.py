@@ -13,8 +13,8 @@ import os
 import shutil
 from typing import Literal, get_args
 
-from fanout.kafka_jars import cached_jars
-from fanout.kafka_node import java_binary
+from devstack.kafka_jars import cached_jars
+from devstack.kafka_node import java_binary
 
 Broker = Literal["kafka", "tansu"]
 BROKERS: tuple[Broker, ...] = get_args(Broker)

@@ -10,7 +10,7 @@ mixes two. Invariants:
   (and so never share Maven's local repository mid-download), and re-check under the lock, so two
   processes starting at once download once and both see the complete set.
 
-``python -m fanout.kafka_jars`` fetches (``.ci/bootstrap`` runs it before any test starts) and
+``python -m devstack.kafka_jars`` fetches (``.ci/bootstrap`` runs it before any test starts) and
 prints the directory.
 """
 

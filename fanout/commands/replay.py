@@ -8,6 +8,7 @@ nothing and replaying into an empty store and cache rebuilds them.
 
 from __future__ import annotations
 
+import argparse
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,24 @@ from consumers.loop import BatchReport
 from consumers.positions import Origin
 from consumers.replay import FromBeginning, FromOffsets, FromTime, ReplayStart, resolve
 from fanout import gc_policy, wiring
+from fanout.commands.base import Subcommands, err_console
 from fanout.settings import Settings
+
+
+def add_parser(sub: Subcommands) -> None:
+    p = sub.add_parser("replay", help="re-consume a topic under a dedicated group")
+    p.add_argument("which", choices=["graph", "fanout"])
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="the default")
+    start.add_argument("--from-offsets", metavar="FILE", help='JSON {"partition": offset}')
+    start.add_argument("--from-time", metavar="ISO8601", help="e.g. 2026-11-21T07:00:00Z")
+    p.add_argument("--until-idle", type=float, default=5.0, metavar="SECONDS")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    start = parse_start(args.from_beginning, args.from_offsets, args.from_time)
+    return run_replay(settings, args.which, start, args.until_idle, err_console)
 
 
 def parse_start(

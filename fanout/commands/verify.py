@@ -8,10 +8,10 @@ import random
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
-from rich.console import Console
 from rich.progress import Progress
 
 from fanout import wiring
+from fanout.commands.base import Subcommands, console
 from fanout.settings import Settings
 from graph.anti_entropy import AntiEntropy, Report
 
@@ -39,7 +39,7 @@ def export(report: Report, path: Path) -> None:
     write_to_textfile(str(path), registry)
 
 
-def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     store = wiring.edge_store(settings)
     reader = wiring.timeline_reader(settings, store)
     checker = AntiEntropy(store, reader, settings.timeline_max)
@@ -59,7 +59,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, console: Console) -
     return 1 if report.divergent else 0
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("verify", help="compare cached lists and timelines with the edge store")
     p.add_argument("users", nargs="*", help="these users (default: a random sample)")
     p.add_argument("--sample", type=int, default=1000, help="users to sample (default 1000)")
@@ -68,4 +68,4 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument(
         "--metrics-file", metavar="PATH", help="write the figures as a Prometheus textfile"
     )
-    return p
+    p.set_defaults(run=run)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import kafka_node
+from devstack import kafka_node
 
 pytestmark = pytest.mark.apache_kafka
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fanout.stack import StackState, memcached_answers
+from devstack.stack import StackState, memcached_answers
 
 STACKS = 4
 

@@ -1,6 +1,6 @@
-"""The local stack: one broker (Apache Kafka or Tansu, see ``fanout.broker_choice``) and two
+"""The local stack: one broker (Apache Kafka or Tansu, see ``devstack.broker_choice``) and two
 memcached servers on loopback, and with ``--edge-store mongodb`` a FerretDB server
-(fanout/mongo_server.py) holding the edge store.
+(devstack/mongo_server.py) holding the edge store.
 
 State lives in ``$FANOUT_HOME/stack.json`` (pids and addresses) so that every later ``fanout``
 command finds the servers without exports. Ports are picked free at ``up`` time, which is what
@@ -27,11 +27,11 @@ from typing import Literal
 import orjson
 from confluent_kafka.admin import AdminClient
 
-from fanout import kafka_node, mongo_server
-from fanout.broker_choice import BROKERS, Broker, BrokerChoiceError, chosen_broker
-from fanout.kafka_jars import KafkaJarsError
-from fanout.ports import free_port, listens
-from fanout.settings import fanout_home, stack_file
+from devstack import kafka_node, mongo_server
+from devstack.broker_choice import BROKERS, Broker, BrokerChoiceError, chosen_broker
+from devstack.home import fanout_home, stack_file
+from devstack.kafka_jars import KafkaJarsError
+from devstack.ports import free_port, listens
 from producers import create_topics
 from schemas import Topics
 

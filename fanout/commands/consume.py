@@ -9,17 +9,51 @@ committed on a halt.
 
 from __future__ import annotations
 
+import argparse
 import logging
+import signal
 import threading
+from types import FrameType
 
 from rich.console import Console
 
 from consumers.halts import ConsumerHalted, PermanentFailure
 from fanout import gc_policy, wiring
+from fanout.commands.base import Subcommands, err_console
 from fanout.settings import Settings
 from graph.failures import Failure, classify
 
 log = logging.getLogger("fanout.consumer")
+
+
+def add_parser(sub: Subcommands) -> None:
+    p = sub.add_parser("consume", help="run a consumer")
+    p.add_argument("which", choices=["graph", "fanout"])
+    p.add_argument("--until-idle", type=float, metavar="SECONDS")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.batch_size:
+        field = "graph_batch_size" if args.which == "graph" else "batch_size"
+        settings = settings.model_copy(update={field: args.batch_size})
+    stop = stop_on_signals()
+    return run_consume(settings, args.which, stop, args.until_idle, args.metrics_port, err_console)
+
+
+def stop_on_signals() -> threading.Event:
+    """SIGINT and SIGTERM set the event: the loop finishes the batch in hand, then stops."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("fanout").info("signal %d: finishing the current batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
 
 
 def run_consume(

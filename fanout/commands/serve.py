@@ -1,0 +1,26 @@
+"""``fanout serve``: the HTTP API on uvicorn (fanout/api_server.py), refused on a non-loopback
+address without authentication."""
+
+from __future__ import annotations
+
+import argparse
+
+from fanout.commands.base import Subcommands, err_console
+from fanout.settings import Settings
+
+
+def add_parser(sub: Subcommands) -> None:
+    p = sub.add_parser("serve", help="the HTTP API (docs/http-api.md)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workers", type=int, default=1)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from fanout.api_server import check_config, run_serve  # uvicorn and the app: only to serve
+
+    if refused := check_config(args.host):
+        err_console.print(f"[red]serve:[/red] {refused}")
+        return 2
+    return run_serve(args.host, args.port, args.workers, args.verbose)
