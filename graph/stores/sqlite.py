@@ -11,7 +11,7 @@ several consumer processes share the file.
 adds or takes one, so a count changes in the same transaction as the edge whose state changed
 and only when it changed (a replay or a stale write flips nothing). SQLite runs one writer at a
 time, so concurrent consumers cannot interleave inside that transaction: the counts are exact
-whatever the writers' order (tests/graph/test_sqlite_counts.py runs two processes against one
+whatever the writers' order (tests/graph/stores/test_sqlite_counts.py runs two processes against one
 file). A file written before the table existed gets it, filled from ``edges``, in the one
 transaction that creates it.
 """

@@ -9,7 +9,7 @@ from typing import Any
 from graph import ListSettings
 from memcache.cluster import MemcacheCluster
 from tests.fault.harness import SIZE, record
-from tests.graph.contention import contend
+from tests.graph.lists.contention import contend
 
 
 def test_hot_list_under_writers_and_compacting_readers(

@@ -7,8 +7,8 @@ import pytest
 
 from fanout.settings import Settings
 from graph.model.edges import EdgeStore
-from tests.graph.edge_backends import BACKENDS
-from tests.graph.warm_pair import Pair, count_multi_gets, make_pair
+from tests.graph.stores.edge_backends import BACKENDS
+from tests.graph.timelines.warm_pair import Pair, count_multi_gets, make_pair
 
 
 @pytest.fixture(params=list(BACKENDS))
@@ -25,7 +25,7 @@ def multi_gets(monkeypatch: pytest.MonkeyPatch) -> list[list[bytes]]:
 
 @pytest.fixture
 def pair(settings: Settings, multi_gets: list[list[bytes]]) -> Iterator[Pair]:
-    """A blocking reader and warm reads sharing a ``ReadMemory`` (tests/graph/warm_pair.py)."""
+    """A blocking reader and warm reads sharing a ``ReadMemory`` (timelines/warm_pair.py)."""
     made = make_pair(settings, multi_gets)
     yield made
     made.close()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from tests.graph.warm_pair import Pair, make_pair
+from tests.graph.timelines.warm_pair import Pair, make_pair
 
 AUTHORS = ("a", "b", "c", "d")
 STAR = "s"  # a celebrity: never fanned out, merged at read time

@@ -18,7 +18,7 @@ from graph.stores.sqlite import SqliteEdgeStore
 from memcache import CacheUnavailable
 from memcache.cluster import MemcacheCluster
 from tests.conftest import Refused
-from tests.graph.contention import STAR, contend, write
+from tests.graph.lists.contention import STAR, contend, write
 
 
 def index_of(lists: ListStore, ref: ListRef) -> Index:

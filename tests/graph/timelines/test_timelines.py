@@ -21,7 +21,7 @@ from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.fetch import ReadMemory, Remembered
 from graph.timelines.reader import BadCursor, TimelineEntry, TimelineReader, TimelineSource
 from memcache.cluster import MemcacheCluster, Outcome
-from tests.graph.contention import write
+from tests.graph.lists.contention import write
 
 
 class Counting:

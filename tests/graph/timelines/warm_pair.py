@@ -24,7 +24,7 @@ from graph.timelines.reader import TimelineEntry, TimelinePage, TimelineReader
 from graph.timelines.warm_reads import WarmReads
 from memcache.async_cluster import AsyncMemcache
 from memcache.cluster import Item
-from tests.graph.contention import write
+from tests.graph.lists.contention import write
 
 MEMO_BYTES = 1 << 20
 Runner = Callable[[Coroutine[Any, Any, TimelinePage | None]], TimelinePage | None]

@@ -26,7 +26,7 @@ from graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
 from graph.timelines.warm_reads import WarmReads
 from memcache.cluster import CacheUnavailable, MemcacheCluster
 from tests.conftest import Refused
-from tests.graph.warm_pair import Pair, shown, writes
+from tests.graph.timelines.warm_pair import Pair, shown, writes
 
 
 def warmed(pair: Pair) -> None:
