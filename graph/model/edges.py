@@ -125,7 +125,10 @@ class EdgeStore(Protocol):
 
     def followers(
         self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000
-    ) -> list[str]: ...
+    ) -> list[str]:
+        """Active followers sorted by id, those after ``after`` only, at most ``limit`` (none
+        when ``limit`` < 1); ``group`` keeps the edges of that group."""
+        ...
 
     def following(
         self, user: str, *, group: str | None = None, after: str | None = None, limit: int = 1000

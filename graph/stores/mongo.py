@@ -34,10 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from pymongo import ASCENDING, DESCENDING, UpdateOne
+from pymongo import ASCENDING, DESCENDING, ReadPreference, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, ConfigurationError
 
 from graph.model.edges import (
     EdgeChange,
@@ -79,8 +79,25 @@ def _edge_key(change: EdgeChange, flip: bool) -> dict[str, str]:
     return {"_f": first, "_t": second}
 
 
+def _refuse_unsafe_settings(db: Database[Any]) -> None:
+    """The write needs its duplicate-key errors back (unacknowledged writes, ``w=0``, return
+    none, so a newer change to an existing edge would be dropped unseen), and the removal check
+    reads after its own writes (a secondary may not have them yet). A URL that asks for either
+    is refused before anything is written."""
+    if not db.write_concern.acknowledged:
+        raise ConfigurationError(
+            "the edge store needs acknowledged writes: remove w=0 from the MongoDB URL"
+        )
+    if db.read_preference != ReadPreference.PRIMARY:
+        raise ConfigurationError(
+            "the edge store reads its own writes: remove readPreference from the MongoDB URL "
+            f"(it asks for {db.read_preference.name})"
+        )
+
+
 class MongoEdgeStore(StoreQueries):
     def __init__(self, db: Database[Any], following_mode: FollowingMode = "collection") -> None:
+        _refuse_unsafe_settings(db)
         self._db = db
         self._mode = following_mode
         self._update_batch = _update_batch(db)
@@ -243,6 +260,8 @@ class MongoEdgeStore(StoreQueries):
         after: str | None,
         limit: int,
     ) -> list[str]:
+        if limit < 1:  # pymongo reads 0 as "no limit" and a negative one as one batch
+            return []
         query: dict[str, Any] = {key: user, "a": True}
         if after is not None:
             query[member] = {"$gt": after}

@@ -237,6 +237,8 @@ class SqliteEdgeStore(StoreQueries):
     def _page(
         self, column: str, other: str, user: str, group: str | None, after: str | None, limit: int
     ) -> list[str]:
+        if limit < 1:  # SQLite reads a negative LIMIT as "no limit"
+            return []
         # Active followers past the cursor come from the partial index, so a page never steps
         # over unfollowed edges (the planner, without statistics, would take the primary key).
         source = "edges INDEXED BY edges_active_followers" if column == "followee" else "edges"

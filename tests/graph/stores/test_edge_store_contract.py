@@ -430,3 +430,12 @@ def test_a_page_past_any_id_starts_at_the_next_active_member(edge_store: EdgeSto
     assert edge_store.followers("star", after="a", limit=2) == ["b", "f"]  # d unfollowed
     assert edge_store.followers("star", after="h", limit=2) == []
     assert edge_store.following("star", after="y", limit=5) == ["z"]
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_a_page_never_holds_more_than_its_limit(edge_store: EdgeStore, limit: int) -> None:
+    """pymongo reads a limit of 0 as "no limit" and SQLite a negative one: neither is a page."""
+    edge_store.apply([follow(n, "star", i) for i, n in enumerate("abcde", 1)])
+    edge_store.apply([follow("star", n, i) for i, n in enumerate("vwxyz", 10)])
+    assert edge_store.followers("star", limit=limit) == []
+    assert edge_store.following("star", limit=limit) == []
