@@ -16,6 +16,13 @@ from graph.stores.sqlite import SqliteEdgeStore
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}")
 
+# A store call the server never answers (a stalled server, a half-open connection) would hold a
+# consumer inside its batch for good: past this, the call fails with a network timeout, which is
+# a transient failure, and the batch is retried (every write is idempotent, and a write that
+# lands late is one more writer: the newest position still wins). A ``socketTimeoutMS`` in the
+# URL wins over it.
+SOCKET_TIMEOUT_MS = 60_000
+
 
 def open_edge_store(url: str, following_mode: FollowingMode = "collection") -> EdgeStore:
     if url.startswith("sqlite:///"):
@@ -23,7 +30,10 @@ def open_edge_store(url: str, following_mode: FollowingMode = "collection") -> E
     if url.startswith(("mongodb://", "mongodb+srv://")):
         from pymongo import MongoClient
 
-        client: MongoClient[Any] = MongoClient(url, appname="timeline-fanout")
+        options: dict[str, Any] = {"appname": "timeline-fanout"}
+        if "sockettimeoutms=" not in urlsplit(url).query.lower():
+            options["socketTimeoutMS"] = SOCKET_TIMEOUT_MS
+        client: MongoClient[Any] = MongoClient(url, **options)
         db = client.get_default_database(default="fanout")
         return MongoEdgeStore(db, following_mode)
     raise ValueError(f"unsupported edge store URL (want sqlite:/// or mongodb://): {redact(url)}")

@@ -1,11 +1,13 @@
 """What a real Mongo-protocol server answers where the Mongo store depends on it: unordered bulk
 errors and their indexes, index conflicts, authentication failures, big ``$in`` queries and a
-server killed mid-batch. Run on the session's FerretDB and on a real MongoDB where available;
-where FerretDB departs from MongoDB's documented behaviour the test is a known deviation
+server killed or stalled mid-batch. Run on the session's FerretDB and on a real MongoDB where
+available; where FerretDB departs from MongoDB's documented behaviour the test is a known deviation
 (tests/mongo_servers.py), and the product stays written for MongoDB."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from typing import Any
 
@@ -16,6 +18,7 @@ from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 from graph.failures import Failure, classify
 from graph.model.edges import EdgeChange, EdgeState
 from graph.stores.mongo import DUPLICATE_KEY, MongoEdgeStore
+from graph.stores.open import SOCKET_TIMEOUT_MS, open_edge_store
 from tests.mongo_servers import MongoServer
 
 SERVERS = ["ferretdb", "real_mongodb"]
@@ -157,3 +160,35 @@ def test_a_batch_cut_by_a_server_killed_mid_write_is_transient_and_a_retry_compl
         assert held == {c.edge: EdgeState(True, c.pos) for c in batch}
         assert client.get_default_database()["following"].count_documents({}) == len(batch)
         client.drop_database(name)
+
+
+def test_a_stalled_server_is_a_transient_failure_and_a_retry_completes_the_batch(
+    ferretdb: MongoServer,
+) -> None:
+    """The server stops answering mid-life (SIGSTOP): a store call fails once the socket
+    timeout passes instead of holding the consumer in its batch for good, the failure is
+    TRANSIENT, and the batch applied again once the server answers holds every edge."""
+    assert ferretdb.pid is not None
+    url = ferretdb.database_url()
+    store = open_edge_store(f"{url}?socketTimeoutMS=1000", "collection")
+    batch = [EdgeChange(f"f{i}", "star", True, 10 + i) for i in range(50)]
+    os.kill(ferretdb.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(PyMongoError) as info:
+            store.apply(batch)
+    finally:
+        os.kill(ferretdb.pid, signal.SIGCONT)
+    assert classify(info.value) is Failure.TRANSIENT
+    store.apply(batch)
+    assert store.followers("star") == sorted(c.follower for c in batch)
+    store.close()
+
+
+def test_a_store_opened_without_a_socket_timeout_gets_one(ferretdb: MongoServer) -> None:
+    url = ferretdb.database_url()
+    for given, expected in (("", SOCKET_TIMEOUT_MS / 1000), ("?socketTimeoutMS=2500", 2.5)):
+        store = open_edge_store(url + given)
+        assert isinstance(store, MongoEdgeStore)
+        client = store._db.client  # the driver's own view of the options it was given
+        assert client.options.pool_options.socket_timeout == expected
+        store.close()
