@@ -24,6 +24,9 @@ from schemas.events import EVENT_TYPES
 from schemas.topics import APP_TYPES, admit
 
 MAX_EVENTS = 1000
+# A problem names each broken field by its path; an unknown field's name is the client's own
+# text, of any length the body allows, so it is cut here: a 422 stays small whatever was sent.
+FIELD_SHOWN = 64
 # 1000 posts with 4096-character texts, JSON-escaped: the largest batch the rules allow.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 # An event is a flat object of at most MAX_FIELDS fields: "{", a key, ":" and a value (two
@@ -58,7 +61,7 @@ def parse(body: bytes) -> list[AnyEvent]:
         try:
             events.append(admit(validate_event(item), APP_TYPES, "apps"))
         except EventDecodeError as exc:
-            errors.append(FieldError(exc.field, exc.reason, None if single else index))
+            errors.append(FieldError(shown_field(exc.field), exc.reason, None if single else index))
     if errors:
         shown = "; ".join(
             (f"[{e.index}] " if e.index is not None else "") + f"{e.field or 'event'}: {e.rule}"
@@ -66,6 +69,11 @@ def parse(body: bytes) -> list[AnyEvent]:
         )
         raise Problem(422, "invalid-events", "Invalid events", shown, errors)
     return events
+
+
+def shown_field(path: str) -> str:
+    """``path`` as a problem shows it: at most ``FIELD_SHOWN`` characters, a cut one marked."""
+    return path if len(path) <= FIELD_SHOWN else path[: FIELD_SHOWN - 1] + "…"
 
 
 def publish(backends: Backends, events: list[AnyEvent], timeout: float, retry: int) -> bytes:

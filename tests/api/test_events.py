@@ -58,6 +58,19 @@ def test_invalid_events_name_index_field_and_rule_and_nothing_is_sent(
     assert read_topic(settings.kafka, settings.topics.graph, 1, timeout=2) == []
 
 
+def test_a_problem_shows_unknown_field_names_cut_short(client: TestClient) -> None:
+    """Field names are the client's text: a problem echoes at most 64 characters of each, so a
+    1000-event batch of 16 KiB unknown names answers in a few hundred KiB, not 16 MiB."""
+    name = "x" * (16 << 10)
+    batch = [{"type": "follow", "follower": "a", "followee": "b", name: i} for i in range(1000)]
+    response = client.post("/v1/events", json=batch)
+    assert response.status_code == 422
+    errors = problem(response)["errors"]
+    assert len(errors) == 1000
+    assert {e["field"] for e in errors} == {"x" * 63 + "…"}
+    assert len(response.content) < 200_000
+
+
 def test_malformed_bodies(client: TestClient) -> None:
     assert (
         client.post(
