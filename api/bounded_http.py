@@ -15,7 +15,13 @@ answers, and closes the connection:
 - the connection closed when a body is not all received within ``body_timeout_s`` of its
   head (a route that reads its body answers 408 itself first, api/body.py; this catches a
   body trickled to a route that answered without reading it, which would otherwise hold the
-  connection as long as the client kept sending).
+  connection as long as the client kept sending);
+- the connection closed when a chunked body's framing passes ``max_bytes`` beyond what its
+  chunks' size lines need (``CHUNK_LINE`` bytes each): chunk extensions and trailer fields are
+  a head by another name, and httptools joins a trailer field's pieces as it joins a header's;
+- the connection closed when a client has more than ``MAX_PIPELINED`` requests waiting behind
+  the one being answered (uvicorn queues every pipelined request it parses, and resumes reading
+  after each answer, so a client that sends and never reads grew the queue without bound).
 
 Between requests the connection is uvicorn's: idle keep-alive connections close after
 ``timeout_keep_alive``. What a body may hold is the app's to bound (api/body.py).
@@ -52,6 +58,18 @@ class HeadRefused(Exception):
         self.reason = reason
 
 
+class ConnectionDropped(Exception):
+    """Raised inside a parser callback to stop parsing; the connection is closed unanswered
+    (answers to earlier requests may still be owed, so none can be sent in their place)."""
+
+
+# Bytes a chunk's framing needs without extensions: up to 16 hex digits, CRLF after the size
+# and CRLF after the data.
+CHUNK_LINE = 20
+# Requests one connection may have parsed and waiting behind the one being answered. Browsers
+# and HTTP clients in common use do not pipeline at all.
+MAX_PIPELINED = 32
+
 STATUS_LINES = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
     431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
@@ -66,6 +84,9 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._head_bytes = 0
         self._header_count = 0
         self._ended_in_read = False  # a message ended within the read being parsed
+        self._body_in_read = 0  # body bytes the parser delivered from the read being parsed
+        self._framing = 0  # a body's bytes that were not body (chunk lines, trailer fields)
+        self._chunks = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
 
@@ -76,6 +97,8 @@ class BoundedHttpTools(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
         self._ended_in_read = False
+        self._body_in_read = 0
+        in_body = not self._in_head
         if self._in_head and self._head_timer is None:
             self._head_timer = self.loop.call_later(self.limits.timeout_s, self._head_timed_out)
         try:
@@ -87,6 +110,9 @@ class BoundedHttpTools(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
             return
         except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, ConnectionDropped):
+                self.transport.close()
+                return
             if isinstance(exc.__context__, HeadRefused):
                 self._refuse(exc.__context__)
                 return
@@ -95,6 +121,10 @@ class BoundedHttpTools(HttpToolsProtocol):
             self.send_400_response(msg)
             return
         if not self._in_head:
+            if in_body and not self._ended_in_read:  # a read inside one body: count its framing
+                self._framing += len(data) - self._body_in_read
+                if self._framing > self.limits.max_bytes + CHUNK_LINE * self._chunks:
+                    self.transport.close()
             return
         # Still in a head: count this read, unless the head began inside it.
         self._head_bytes = 0 if self._ended_in_read else self._head_bytes + len(data)
@@ -106,6 +136,14 @@ class BoundedHttpTools(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_count = 0
+        self._framing = self._chunks = 0
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
+
+    def on_body(self, body: bytes) -> None:
+        self._body_in_read += len(body)
+        super().on_body(body)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -123,6 +161,8 @@ class BoundedHttpTools(HttpToolsProtocol):
             self.limits.body_timeout_s + 1, self._body_timed_out
         )
         super().on_headers_complete()
+        if len(self.pipeline) > MAX_PIPELINED:
+            raise ConnectionDropped(f"more than {MAX_PIPELINED} pipelined requests waiting")
 
     def on_message_complete(self) -> None:
         self._in_head = True

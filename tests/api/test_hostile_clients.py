@@ -241,3 +241,58 @@ def test_a_connection_that_sends_nothing_is_closed(served: tuple[str, int, list[
     silent = [connect(host, port) for _ in range(20)]
     for sock in silent:
         assert answer(sock) == b""  # closed by the server, unanswered, within the head timeout
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed the connection (EOF or reset), False if it is still
+    open when the socket's timeout passes; what it sent before is discarded."""
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_a_chunked_trailer_that_never_ends_closes_the_connection(settings: Settings) -> None:
+    """Trailer fields after the last chunk, sent on and on: counted as they arrive, like a head,
+    and the connection closed long before the body timer (30 s here) would end it."""
+    with serving(settings, **{**LIMITS, "FANOUT_API_BODY_TIMEOUT_S": "30"}) as (base, _):
+        host, port = base.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(
+            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n1\r\n[\r\n0\r\nX-Trailer: "
+        )
+        taken = send_all(sock, b"a" * (256 << 10))
+        assert taken == 256 << 10  # well inside the socket buffers: the server's reads decide
+        assert closed_by_server(sock)
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(
+            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        send_all(sock, b"1;ext=" + b"e" * (256 << 10) + b"\r\n[\r\n")  # one chunk extension
+        assert closed_by_server(sock)
+        assert get(f"{base}/healthz")[0] == 200
+
+
+def test_pipelined_requests_never_read_are_cut_off_and_read_ones_all_answered(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    """A client that pipelines thousands of requests and reads nothing is closed once more than
+    32 wait; one that pipelines 20 gets 20 answers, in order."""
+    host, port, _ = served
+    sock = connect(host, port)
+    send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20_000)
+    assert answer(sock).count(b"HTTP/1.1 ") <= 40  # closed: the rest is never answered
+    sock = connect(host, port)
+    paths = [f"/v1/users/u{i}/followers" for i in range(20)]
+    sock.sendall(b"".join(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % p.encode() for p in paths))
+    answers = [response_to(sock) for _ in paths]
+    assert [status_of(a) for a in answers] == [404] * 20
+    assert [re.search(rb"u\d+", a.partition(b"\r\n\r\n")[2]).group() for a in answers] == [  # type: ignore[union-attr]
+        p.split("/")[3].encode() for p in paths
+    ]
