@@ -38,10 +38,9 @@ def rendered(page: TimelinePage) -> bytes:
 
 
 async def timeline(request: Request) -> Response:
-    """Served from the event loop when the read is warm and shows something
-    (graph/timelines/warm_reads.py);
-    otherwise (a first read, a list that changed, an empty page to tell from an unknown user,
-    anything to heal) by ``read_page`` on a backend thread."""
+    """Served from the event loop when the read is warm and its user is known by it
+    (graph/timelines/warm_reads.py); otherwise (a first read, a list that changed, an empty page
+    of a user who follows nobody, anything to heal) by ``read_page`` on a backend thread."""
     ctx = context(request)
     user = params.user_id(request, "user")
     ctx.guard.read_timeline(request, user)
@@ -62,9 +61,11 @@ def bad_cursor() -> Problem:
 
 
 def shown(page: TimelinePage) -> bytes | None:
-    """A page the warm read may answer with: one that shows something (an empty one may be an
-    unknown user's, which only the store can tell)."""
-    return rendered(page) if page.entries else None
+    """A page the warm read may answer with: one whose user follows someone, as an edge makes a
+    user known (every entry is by someone followed, so a page that shows something is one). An
+    empty page of a user following nobody may be an unknown user's, which only the store can
+    tell; it costs the thread little (an empty list)."""
+    return rendered(page) if page.following else None
 
 
 ROUTES = (

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
+from typing import NamedTuple
 
 from graph.lists.capped import CappedListStore
 from graph.lists.sharded import ListStore
@@ -40,6 +41,17 @@ class TimelinePage:
     user: str
     entries: list[TimelineEntry]
     next: str | None
+    # How many users the reader followed in the following list the page was read through. Not
+    # 0 means the user is known (has an edge), so an empty page is a known user's empty page.
+    following: int
+
+
+class Walked(NamedTuple):
+    """Entries walked from one read, with the size of the following list they were read
+    through (``TimelinePage.following``)."""
+
+    entries: list[TimelineEntry]
+    following: int
 
 
 class TimelineSource:
@@ -88,24 +100,31 @@ class TimelineReader:
         and a corrupt member raises (``ValueError``, ``IndexError``) instead of being healed."""
         before = None if cursor is None else TimelineEntry.from_cursor(cursor)
         if got is None:
-            entries = self.read(user, limit + 1, before)
+            walked = self.walked(user, limit + 1, before)
         else:
-            entries = self._walk(user, got, limit + 1, None if before is None else before.member)
-        more = len(entries) > limit
-        entries = entries[:limit]
-        return TimelinePage(user, entries, entries[-1].cursor if more and entries else None)
+            member = None if before is None else before.member
+            walked = Walked(self._walk(user, got, limit + 1, member), len(got.following))
+        more = len(walked.entries) > limit
+        entries = walked.entries[:limit]
+        cursor_next = entries[-1].cursor if more and entries else None
+        return TimelinePage(user, entries, cursor_next, walked.following)
 
     def read(
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
     ) -> list[TimelineEntry]:
-        """Newest first; ``before`` (from a cursor): only entries older than that one.
+        """Newest first; ``before`` (from a cursor): only entries older than that one (see
+        ``walked``)."""
+        return self.walked(user, limit, before).entries
+
+    def walked(self, user: str, limit: int, before: TimelineEntry | None = None) -> Walked:
+        """``read``'s entries with the size of the following list they were read through.
 
         A timeline whose members are not of our own form (bytes corrupted outside: every writer here
         writes members through ``TimelineEntry``) is dropped and regenerated, as a corrupt list is
         (docs/design/lists.md, "Broken lists"), and so are the posts items of the celebrities merged
         into it; found when a read walks the bad member."""
         if limit < 1:
-            return []
+            return Walked([], 0)
         cursor = None if before is None else before.member
         try:
             return self._read(user, limit, cursor)
@@ -113,10 +132,10 @@ class TimelineReader:
             self.timelines.invalidate([ListRef(ListKind.TIMELINE, user)])
             return self._read(user, limit, cursor)
 
-    def _read(self, user: str, limit: int, cursor: str | None) -> list[TimelineEntry]:
+    def _read(self, user: str, limit: int, cursor: str | None) -> Walked:
         got = self.fetcher.fetch(user)
         try:
-            return self._walk(user, got, limit, cursor)
+            return Walked(self._walk(user, got, limit, cursor), len(got.following))
         except (ValueError, IndexError):
             # The bad member may be in a celebrity's posts item as well as in the timeline:
             # those are rebuilt from the store by the read that ``read`` tries next.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from starlette.testclient import TestClient
 
@@ -98,6 +98,22 @@ def test_unknown_routes_and_methods_are_problems_too(client: TestClient) -> None
     assert wrong.status_code == 405 and wrong.headers["content-type"] == PROBLEM
 
 
+def hold_the_thread(client: TestClient) -> tuple[Future[None], threading.Event]:
+    """Holds the client's one backend thread until the event is set (or 10 s pass: a read
+    the loop cannot answer waits that long, then fails); returns once it is held."""
+    api: ApiContext = client.app.state.api  # type: ignore[attr-defined]
+    assert client.portal is not None
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(_backends: Backends) -> None:
+        holding.set()
+        release.wait(10)
+
+    held = client.portal.start_task_soon(api.pool.run, hold)
+    assert holding.wait(10)
+    return held, release
+
+
 def test_a_warm_read_is_answered_on_the_loop_while_every_backend_thread_is_busy(
     settings: Settings, graph: Graph
 ) -> None:
@@ -111,17 +127,8 @@ def test_a_warm_read_is_answered_on_the_loop_while_every_backend_thread_is_busy(
     expected = [{"post_id": p.post_id, "author": p.author, "ts": p.ts} for p in posts]
     with api_client(settings, threads=1) as client:
         assert client.get("/v1/timelines/reader").json()["posts"] == expected  # cold: the pool
-        api: ApiContext = client.app.state.api  # type: ignore[attr-defined]
-        assert client.portal is not None
-        holding, release = threading.Event(), threading.Event()
-
-        def hold(_backends: Backends) -> None:
-            holding.set()
-            release.wait(10)  # a read the loop cannot answer waits this long, then fails
-
-        held = client.portal.start_task_soon(api.pool.run, hold)
+        held, release = hold_the_thread(client)
         try:
-            assert holding.wait(10)
             page = client.get("/v1/timelines/reader", params={"limit": 2})
             assert page.status_code == 200 and page.json()["posts"] == expected[:2]
             cursor = page.json()["next"]
@@ -141,6 +148,34 @@ def test_a_warm_read_is_answered_on_the_loop_while_every_backend_thread_is_busy(
         held.result(10)
     assert first_body["posts"] == [e for e in expected if e["author"] == "ann"]
     assert empty_body == {"user": "lonely", "posts": [], "next": None}
+
+
+def test_an_empty_page_of_a_user_who_follows_someone_is_answered_on_the_loop(
+    settings: Settings, graph: Graph
+) -> None:
+    """Following someone makes a user known, so a warm empty page needs neither the store nor
+    a backend thread (one following 50k users cost the thread a 30 ms decode per read)."""
+    graph.follow("lonely", *(f"quiet{i}" for i in range(1000)))
+    graph.follow("nobody", "x")
+    graph.unfollow("nobody", "x")  # known, following no one
+    with api_client(settings, threads=1) as client:
+        for user in ("lonely", "nobody"):  # cold: the pool builds the lists
+            assert client.get(f"/v1/timelines/{user}").json()["posts"] == []
+        held, release = hold_the_thread(client)
+        try:
+            for _ in range(3):
+                page = client.get("/v1/timelines/lonely")
+                assert page.json() == {"user": "lonely", "posts": [], "next": None}
+            with ThreadPoolExecutor(1) as requests:
+                nobody = requests.submit(client.get, "/v1/timelines/nobody")
+                time.sleep(0.2)
+                assert not nobody.done()  # following no one: the store must tell
+                assert not held.done()
+                release.set()
+                assert nobody.result(10).json()["posts"] == []
+        finally:
+            release.set()
+        held.result(10)
 
 
 def test_reads_of_unknown_users_timelines_leave_nothing_in_memcached(
