@@ -266,8 +266,7 @@ def test_a_chunked_trailer_that_never_ends_closes_the_connection(settings: Setti
             b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n1\r\n[\r\n0\r\nX-Trailer: "
         )
-        taken = send_all(sock, b"a" * (256 << 10))
-        assert taken == 256 << 10  # well inside the socket buffers: the server's reads decide
+        send_all(sock, b"a" * (256 << 10))  # the server may close before it took all of it
         assert closed_by_server(sock)
         sock = socket.create_connection((host, int(port)), timeout=10)
         sock.sendall(
