@@ -149,7 +149,7 @@ class TimelineReader:
         # ``2 * limit`` delivered members and each celebrity's newest ``limit`` posts; each cut
         # is a floor for the walk (graph/timelines/view.py), and crossing one widens the read.
         window: int | None = 2 * limit if cursor is None else None
-        trimmed = len(delivered) >= self._cap  # full: maybe trimmed (see ``displaced``)
+        kept = self.kept_from(delivered)
         while True:
             first = None if window is None else limit
             recent = self.celebrity_posts.posts(got.celebrities, got.found, first)
@@ -157,29 +157,41 @@ class TimelineReader:
             part = delivered if window is None else delivered[-window:]
             if len(part) < len(delivered):
                 cut = max(cut, part[0])
-            oldest = delivered[0] if trimmed else ""
             candidates = part
             if recent:
                 candidates = sorted(chain(part, *(r.members for r in recent)))
-            floor = max(cut, oldest)
+            floor = max(cut, kept)
             shown = visible_page(candidates, got.following, self._cap, limit, cursor, floor)
             if shown is not None:
                 return shown
-            if cut >= oldest:
+            if cut >= kept:
                 window = None  # read everything fetched, in full
                 continue
-            trimmed = False
+            kept = ""
             if self.displaced(frozenset(delivered), got.following):
                 ref = ListRef(ListKind.TIMELINE, user)
                 self.timelines.invalidate([ref])
                 delivered = sorted(self.timelines.read(ref))
 
+    def kept_from(self, ascending: list[str]) -> str:
+        """The member down to which a timeline is known to be whole: "" if it holds fewer than
+        ``cap`` members, else its ``cap``-th newest (counting a duplicate twice only moves it
+        up, which is safe).
+
+        Every trim and every rebuild keeps the newest ``cap`` members it sees, so all it left
+        out is older than each member it kept; appends only add members, so the ``cap``-th
+        newest never moves down. Hence nothing was ever left out at or above it. Not the
+        oldest member: a post older than a trim can be delivered after it (a retried batch, a
+        chunk task held up by an outage) and would then stand in for the newer posts the trim
+        pushed out."""
+        return ascending[-self._cap] if len(ascending) >= self._cap else ""
+
     def displaced(self, delivered: frozenset[str], following: frozenset[str]) -> bool:
         """A full timeline holding posts of authors no longer followed: a delivery that was in
         flight during an unfollow (or a removal) landed after the regeneration, and trimming
         to the cap may have pushed out older posts that the reader must see. Regenerate.
-        (Checked only when a page reaches the timeline's oldest entry: above it, the entries
-        of authors followed are all there.)"""
+        (Checked only when a page reaches below ``kept_from``: down to it, the entries of
+        authors followed are all there.)"""
         return len(delivered) >= self._cap and any(
             m.split("!")[1] not in following for m in delivered
         )

@@ -12,8 +12,9 @@ entries shown become ``TimelineEntry`` tuples.
 
 **Floors.** A walk is exact only as far down as its candidates are all known. Below the last
 member of a celebrity's posts that were cut short (only the newest were split off the item),
-or below the oldest entry of a full timeline (which may have been trimmed while it held posts of
-authors no longer followed, pushing out older posts the reader must see), they may not be. The
+or below the ``cap``-th newest member of a full timeline (a trim may have pushed out posts
+below it while it held posts of authors no longer followed; ``TimelineReader.kept_from``), they
+may not be. The
 caller passes the highest such member as ``floor``; a walk that would go below it returns None,
 and the caller learns more (splits the rest, checks the timeline) and walks again.
 """

@@ -275,6 +275,32 @@ def test_a_full_timeline_holding_unfollowed_authors_is_regenerated_at_its_end(
     assert s.reader.read("me", limit=cap) == list(reversed(mine))
 
 
+def test_older_posts_delivered_late_after_a_trim_never_stand_in_for_the_posts_it_pushed_out(
+    cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """A trim keeps the newest ``cap`` members, of followed authors or not. Posts older than
+    the trim delivered afterwards (a retried batch, a chunk task held up by a cache outage)
+    then sit below it: the timeline is complete only down to its ``cap``-th newest member,
+    not down to its oldest one, so they must not fill a page in place of the newer posts the
+    trim pushed out."""
+    cap = 10
+    s = make(cache, sqlite_store, unique, cap=cap)
+    s.follow("me", "a")
+    s.follow("me", "b")
+    s.reader.read("me")
+    newer = [s.post("a", f"a{i}", 1000 + i, ["me"]) for i in range(cap)]
+    s.follow("me", "b", active=False)  # its timeline invalidation ran before these landed:
+    for i in range(8 * cap):  # deliveries in flight during the unfollow
+        s.post("b", f"b{i}", 2000 + i, ["me"])
+    ref = ListRef(ListKind.TIMELINE, "me")
+    s.timelines.read(ref)  # a writer's sampled read: compacted to the newest cap, all of b
+    key = s.timelines.index_key(ref)
+    assert b"!a!" not in s.cache.get_many([key])[key]
+    for i in range(cap):  # older posts of a, delivered late
+        s.post("a", f"old{i}", 500 + i, ["me"])
+    assert s.reader.read("me", limit=cap) == list(reversed(newer))
+
+
 def test_a_corrupt_timeline_item_is_regenerated(setup: Setup) -> None:
     s = setup
     s.follow("me", "a")
