@@ -134,8 +134,8 @@ class ConsumeLoop:
     # Event classes each topic admits (on top of the applier's own); None: the applier's, on
     # every topic (stand-in appliers in tests).
     topic_types: Mapping[str, tuple[type, ...]] | None = None
-    # ``run(until_idle=...)`` halts after this long without an assignment; None: the larger of
-    # 60 s and three session timeouts.
+    # ``run(until_idle=...)`` halts after this long without an assignment; None: the largest of
+    # 60 s, three session timeouts and twice the longest rebalance (see ``__post_init__``).
     stuck_after: float | None = None
     # Called with each committed batch: progress bars and metrics observe the loop this way.
     observers: list[Callable[[BatchReport], None]] = field(default_factory=list)
@@ -146,9 +146,13 @@ class ConsumeLoop:
         self._pending: _Uncommitted | None = None
         self._accepted: dict[str | None, tuple[type, ...]] = {}
         session = self.source.session_timeout_s
-        self.watch = AssignmentWatch(warn_after=session + self.source.max_poll_interval_s)
+        # A rebalance waits up to max.poll.interval.ms for every member to rejoin (one may be
+        # inside a long batch) plus a session timeout to expire one that died: no sooner than
+        # that is an assignment overdue, and a halt comes only after twice as long.
+        longest_rebalance = session + self.source.max_poll_interval_s
+        self.watch = AssignmentWatch(warn_after=longest_rebalance)
         if self.stuck_after is None:
-            self.stuck_after = max(60.0, 3 * session)
+            self.stuck_after = max(60.0, 3 * session, 2 * longest_rebalance)
 
     def run(self, until_idle: float | None = None) -> LoopStats:
         """Until stopped (or idle for ``until_idle`` seconds). A stop that arrives while a batch

@@ -110,7 +110,8 @@ class Settings(BaseSettings):
         None,
         gt=0,
         description="`--until-idle` halts (exit 5) after this long without a partition "
-        "assignment (unset: max(60 s, 3 session timeouts))",
+        "assignment (unset: the largest of 60 s, 3 session timeouts and twice the longest "
+        "rebalance, a session timeout plus max.poll.interval.ms)",
     )
     list_shard_bytes: int = Field(
         64 * 1024,
