@@ -64,6 +64,7 @@ def create_app(
     app.router.redirect_slashes = False
     guard = Guard(TokenVerifier.from_settings(settings), settings.private_lists)
     budget = BodyBudget(settings.body_budget_mb << 20)
+    metrics.watch_bodies(budget)
     app.state.api = ApiContext(
         pool, guard, settings, metrics, render(document()), warm, budget, Recent()
     )

@@ -12,6 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.body import BodyBudget
 from api.recent import Recent
 
 # Reads served from memcached take a millisecond or less; a rebuild from the store or a
@@ -40,12 +41,21 @@ class ApiMetrics:
         self.in_flight = Gauge(
             "fanout_api_requests_in_flight", "Requests being served", registry=self.registry
         )
+        self.body_bytes = Gauge(
+            "fanout_api_body_bytes_held",
+            "Bytes of request bodies being received, at most FANOUT_API_BODY_BUDGET_MB",
+            registry=self.registry,
+        )
         self.responses = Counter(
             "fanout_api_responses",
             "Responses by route template, method and status",
             ["route", "method", "status"],
             registry=self.registry,
         )
+
+    def watch_bodies(self, budget: BodyBudget) -> None:
+        """Export what ``budget`` holds, read when the metrics are rendered."""
+        self.body_bytes.set_function(lambda: budget.held)
 
     def exposition(self) -> Response:
         """Rendered at most once a second (on the event loop, ~0.5 ms; api/recent.py)."""

@@ -64,12 +64,18 @@ def response_to(sock: socket.socket) -> bytes:
     """One response, head and body (``Content-Length``), on a connection that stays open."""
     received = b""
     while b"\r\n\r\n" not in received:
-        received += sock.recv(65536)
+        received += received_more(sock)
     head, _, body = received.partition(b"\r\n\r\n")
     length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
     while len(body) < length:
-        body += sock.recv(65536)
+        body += received_more(sock)
     return head + b"\r\n\r\n" + body
+
+
+def received_more(sock: socket.socket) -> bytes:
+    chunk = sock.recv(65536)
+    assert chunk, "the server closed the connection mid-response"
+    return chunk
 
 
 def status_of(response: bytes) -> int:
@@ -148,23 +154,41 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(
     assert status_of(sock.recv(65536)) == 408
 
 
-def test_bodies_held_at_once_are_bounded_per_process(
-    served: tuple[str, int, list[bytes]],
-) -> None:
-    """Two 20 MiB bodies on their way at once, with a 32 MiB budget: the second is refused."""
-    host, port, _ = served
-    prefix = b'[{"type":"post","author":"u","post_id":"p","text":"'
-    head = (
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % (30 << 20)
-    )
-    first, second = connect(host, port), connect(host, port)
-    first.sendall(head + prefix + b"a" * (20 << 20))
-    get(f"http://{host}:{port}/healthz")  # the first body's bytes are in by now
-    send_all(second, head + prefix + b"a" * (20 << 20))
-    response = response_to(second)
-    assert status_of(response) == 503 and b"retry-after" in response.lower()
-    first.close()
+def test_bodies_held_at_once_are_bounded_per_process(settings: Settings) -> None:
+    """Two 20 MiB bodies on their way at once, with a 32 MiB budget: once the server holds the
+    first (its gauge says so), the second is refused. The body timer (30 s here) ends neither."""
+    with serving(settings, **{**LIMITS, "FANOUT_API_BODY_TIMEOUT_S": "30"}) as (base, _):
+        host, port = base.removeprefix("http://").split(":")
+        prefix = b'[{"type":"post","author":"u","post_id":"p","text":"'
+        head = (
+            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (30 << 20)
+        )
+        first = connect(host, int(port))
+        first.sendall(head + prefix + b"a" * (20 << 20))
+        held = len(prefix) + (20 << 20)
+        deadline = time.monotonic() + 15
+        while body_bytes_held(host, int(port)) < held:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        # Just one byte past the budget: the server reads it all before refusing, so closing
+        # leaves nothing unread (which would reset the connection and lose the answer).
+        over = (32 << 20) - held + 1
+        second = connect(host, int(port))  # now: an idle connection is closed after 1 s
+        second.sendall(head + prefix + b"a" * (over - len(prefix)))
+        response = response_to(second)
+        assert status_of(response) == 503 and b"retry-after" in response.lower()
+        first.close()
+        deadline = time.monotonic() + 15
+        while body_bytes_held(host, int(port)) > 0:  # given back when the first client left
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def body_bytes_held(host: str, port: int) -> float:
+    found = re.search(r"^fanout_api_body_bytes_held (\S+)$", metrics(host, port), re.M)
+    assert found is not None
+    return float(found.group(1))
 
 
 def test_a_client_gone_mid_body_is_no_server_error(
