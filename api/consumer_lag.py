@@ -23,9 +23,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from api.recent import Recent
+
+# Answers about a leader this client does not know yet (or any more): asked again, not failed.
+# (``KafkaError.retriable()`` is not set on the errors ``get_watermark_offsets`` raises.)
+LEADER_UNKNOWN = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +112,9 @@ class ConsumerLag:
         topics: dict[str, dict[str, int]] = {
             topic: {"committed": 0, "end": 0, "lag": 0} for topic in group.topics
         }
+        deadline = time.monotonic() + self._timeout
         for tp in committed:
-            low, high = client.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=self._timeout, cached=False
-            )
+            low, high = self._watermarks(client, TopicPartition(tp.topic, tp.partition), deadline)
             # No commit yet: the group would start from the beginning of what is kept.
             done = low if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
             figures = topics[tp.topic]
@@ -119,3 +128,19 @@ class ConsumerLag:
             "committed": sum(t["committed"] for t in topics.values()),
             "topics": [{"topic": name, **figures} for name, figures in topics.items()],
         }
+
+    @staticmethod
+    def _watermarks(client: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+        """The partition's low and high watermarks. An answer about the leader (one that moved,
+        or that this client's metadata does not know yet, as just after a topic is created) is
+        asked again until ``deadline``: librdkafka refreshes its metadata on such an error."""
+        while True:
+            try:
+                low, high = client.get_watermark_offsets(
+                    tp, timeout=max(deadline - time.monotonic(), 0.1), cached=False
+                )
+                return low, high
+            except KafkaException as exc:
+                if exc.args[0].code() not in LEADER_UNKNOWN or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
