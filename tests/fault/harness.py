@@ -34,8 +34,8 @@ SIZE = int(os.environ.get("FANOUT_FAULT_EVENTS", "2000"))
 KILLS = int(os.environ.get("FANOUT_FAULT_KILLS", "2"))
 # The scenarios on FerretDB as well (``edge_stores`` marker, tests/mongo_servers.py) where
 # FANOUT_FAULT_MONGO=1: about a minute each on its SQLite backend, which scans a collection for
-# every non-_id filter, so they run by hand, not in CI (docs/edge-store.md); one following mode
-# each, both for the replay.
+# every non-_id filter, so CI runs them in a step of their own, one at a time and smaller
+# (.ci/run, docs/edge-store.md); one following mode each, both for the replay.
 MONGO = os.environ.get("FANOUT_FAULT_MONGO") == "1"
 MONGO_STORES = ("ferretdb-collection",) if MONGO else ()
 MONGO_BOTH_MODES = ("ferretdb-collection", "ferretdb-index") if MONGO else ()
