@@ -46,7 +46,7 @@ from graph.model.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser, Sna
 from graph.model.keys import SEP, ListKind, ListRef
 from graph.stores.sqlite import SqliteEdgeStore
 from graph.timelines.celebrity_posts import CelebrityPosts
-from graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
+from graph.timelines.reader import TimelineReader, TimelineSource
 from memcache.cluster import MemcacheCluster, Outcome
 from producers.publisher import DeliveryReport
 from schemas import AnyEvent, Follow, Post, Unfollow, UserRemoved
@@ -584,9 +584,10 @@ class World:
 
     def observe(self, ids: Sequence[ListId]) -> list[tuple[ListId, frozenset[str], frozenset[str]]]:
         """For each list: what one read after quiescence returns (rebuilding it if absent) and
-        what the store says it must be. A timeline is compared as a reader sees it: posts of
-        authors the user no longer follows are filtered at read time by design, so they are
-        left out; what must match is the regeneration from the store."""
+        what the store says it must be. A timeline is compared as a reader sees it, a page of
+        ``cap`` entries (posts of authors no longer followed are filtered at read time by
+        design, and entries below the cap are not shown); what must match is the regeneration
+        from the store."""
         proc = self.process(seed=0, scheduled=False)
         try:
             out = []
@@ -597,11 +598,8 @@ class World:
                 out.append((list_id, cached[ref], frozenset(proc.store.all_members(ref))))
             for list_id in (i for i in ids if i[0] == TIMELINE):
                 ref = _ref(list_id)
-                following = frozenset(
-                    proc.store.all_members(ListRef(ListKind.FOLLOWING, list_id[1]))
-                )
-                members = proc.timelines.read_many([ref])[ref]
-                view = frozenset(m for m in members if TimelineEntry.parse(m).author in following)
+                page = proc.reader.read(list_id[1], limit=self.knobs.cap)
+                view = frozenset(entry.member for entry in page)
                 out.append((list_id, view, frozenset(proc.source.snapshot(ref).members)))
             return out
         finally:
