@@ -126,6 +126,11 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_rest_is_applied(
 
 @pytest.mark.edge_stores("sqlite", "ferretdb-index")
 def test_two_consumers_in_one_group_split_partitions_and_converge(settings: Settings) -> None:
+    """On FerretDB a store call can outlast the default 10 s poll interval on a busy machine
+    (its backend scans): there the interval is 120 s, as in the fault suite, so no member is
+    put out of the group mid-batch."""
+    if settings.edge_store.startswith("mongodb"):
+        settings = settings.model_copy(update={"max_poll_interval_ms": 120_000})
     with EventPublisher(settings.kafka, settings.topics) as publisher:
         model = random_graph_events(publisher, 1500, seed=12)
     env = settings_env(settings)
@@ -137,10 +142,10 @@ def test_two_consumers_in_one_group_split_partitions_and_converge(settings: Sett
         )
         for _ in range(2)
     ]
-    outputs = [p.communicate(timeout=120)[1].decode() for p in procs]
+    outputs = [p.communicate(timeout=300)[1].decode() for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     applied = [int(o.split("applied ")[1].split(",")[0]) for o in outputs]
-    assert sum(applied) >= 1500
+    assert sum(applied) >= 1500, outputs
     assert_lists_match(settings, model)
 
 
