@@ -258,18 +258,26 @@ def test_every_page_equals_the_model(
     assert s.reader.read("me", limit=1000) == want
 
 
+def displaced_by_late_deliveries(s: Setup, cap: int, late: int) -> list[TimelineEntry]:
+    """``me`` follows ``a`` and ``b``; ``a`` posts ``cap`` times; ``me`` unfollows ``b``, and
+    ``late`` posts of ``b`` are delivered after (they were in flight during the unfollow).
+    Returns ``a``'s posts, oldest first."""
+    s.follow("me", "a")
+    s.follow("me", "b")
+    s.reader.read("me")
+    posts = [s.post("a", f"a{i}", 1000 + i, ["me"]) for i in range(cap)]
+    s.follow("me", "b", active=False)  # its timeline invalidation ran before these landed
+    for i in range(late):
+        s.post("b", f"b{i}", 2000 + i, ["me"])
+    return posts
+
+
 def test_a_full_timeline_holding_unfollowed_authors_is_regenerated_at_its_end(
     cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str
 ) -> None:
     cap = 10
     s = make(cache, sqlite_store, unique, cap=cap)
-    s.follow("me", "a")
-    s.follow("me", "b")
-    s.reader.read("me")
-    mine = [s.post("a", f"a{i}", 1000 + i, ["me"]) for i in range(cap)]
-    s.follow("me", "b", active=False)  # its timeline invalidation ran before these landed:
-    for i in range(cap):  # deliveries in flight during the unfollow
-        s.post("b", f"b{i}", 2000 + i, ["me"])
+    mine = displaced_by_late_deliveries(s, cap, late=cap)
     # The cached timeline holds the cap, all of b: a's posts were trimmed away.
     assert s.reader.read("me", limit=3) == list(reversed(mine))[:3]
     assert s.reader.read("me", limit=cap) == list(reversed(mine))
@@ -285,13 +293,7 @@ def test_older_posts_delivered_late_after_a_trim_never_stand_in_for_the_posts_it
     trim pushed out."""
     cap = 10
     s = make(cache, sqlite_store, unique, cap=cap)
-    s.follow("me", "a")
-    s.follow("me", "b")
-    s.reader.read("me")
-    newer = [s.post("a", f"a{i}", 1000 + i, ["me"]) for i in range(cap)]
-    s.follow("me", "b", active=False)  # its timeline invalidation ran before these landed:
-    for i in range(8 * cap):  # deliveries in flight during the unfollow
-        s.post("b", f"b{i}", 2000 + i, ["me"])
+    newer = displaced_by_late_deliveries(s, cap, late=8 * cap)
     ref = ListRef(ListKind.TIMELINE, "me")
     s.timelines.read(ref)  # a writer's sampled read: compacted to the newest cap, all of b
     key = s.timelines.index_key(ref)
