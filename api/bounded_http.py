@@ -5,13 +5,19 @@ could send a header of any size (each piece appended to the last, on the event l
 number of headers, and hold a connection open forever by sending a head slowly. This protocol
 answers, and closes the connection:
 
-- 431 once a head exceeds ``max_bytes``, counted as the bytes arrive, before it is complete
-  (at most one read past the limit is buffered: a read that ends one request and starts the
-  next is not counted against the next);
+- 431 once a head exceeds ``max_bytes``, counted as the bytes arrive, before it is complete:
+  each read is parsed in slices of ``SLICE`` bytes, so at most one slice past the limit is ever
+  parsed (a slice that ends one request and starts the next is not counted against the next);
+- 414 when the request target (path and query) is over ``MAX_TARGET`` bytes or has more than
+  ``MAX_QUERY_FIELDS`` query fields: no route takes more than a few, and Starlette's query
+  parsing costs microseconds per field on the event loop;
 - 431 when a head has more than ``max_count`` headers, before the app sees the request;
 - 408 when a head that has begun is not complete within ``timeout_s``, and the connection
   closed, without an answer, when a new connection sends nothing for that long (a client
-  holding silent connections would otherwise use up ``limit_concurrency``);
+  holding silent connections would otherwise use up ``limit_concurrency``). The timer decides
+  one poll of the sockets after it fires: uvloop runs due timers before it reads, so after the
+  loop was held up (a loaded machine) a head that had arrived in time would otherwise be taken
+  for a late one;
 - the connection closed when a body is not all received within ``body_timeout_s`` of its
   head (a route that reads its body answers 408 itself first, api/body.py; this catches a
   body trickled to a route that answered without reading it, which would otherwise hold the
@@ -19,9 +25,18 @@ answers, and closes the connection:
 - the connection closed when a chunked body's framing passes ``max_bytes`` beyond what its
   chunks' size lines need (``CHUNK_LINE`` bytes each): chunk extensions and trailer fields are
   a head by another name, and httptools joins a trailer field's pieces as it joins a header's;
+- the connection closed when a chunked body has more than ``MAX_CHUNKS`` chunks: each chunk
+  costs Python callbacks, so one-byte chunks made a body's cost its length times theirs;
+- a body still arriving when its request has been answered (a route that answered without
+  reading it) is no longer parsed: its bytes are dropped as they come, and the connection is
+  closed ``LINGER_S`` later (soon enough to free the connection, late enough for the client to
+  have read the answer before the close resets it);
 - the connection closed when a client has more than ``MAX_PIPELINED`` requests waiting behind
   the one being answered (uvicorn queues every pipelined request it parses, and resumes reading
   after each answer, so a client that sends and never reads grew the queue without bound).
+  Every request of the connection not yet answered is marked disconnected first, the one being
+  answered included (uvicorn marks only the last parsed), so its answer is dropped, not written
+  to a closed transport.
 
 Between requests the connection is uvicorn's: idle keep-alive connections close after
 ``timeout_keep_alive``. What a body may hold is the app's to bound (api/body.py).
@@ -69,9 +84,20 @@ CHUNK_LINE = 20
 # Requests one connection may have parsed and waiting behind the one being answered. Browsers
 # and HTTP clients in common use do not pipeline at all.
 MAX_PIPELINED = 32
+# What one parse step takes of a read (a read can be 256 KiB): the head limit's overshoot.
+SLICE = 8192
+# Chunks per body: a 32 MiB body in chunks of 4 KiB on average; an app streaming one event per
+# chunk sends at most 1,000.
+MAX_CHUNKS = 8192
+# Request target: the longest a route needs is a path of two ids and a cursor, well under this.
+MAX_TARGET = 2048
+MAX_QUERY_FIELDS = 16
+# How long a connection whose answered request's body is still arriving stays open, dropping it.
+LINGER_S = 1.0
 
 STATUS_LINES = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
+    414: b"HTTP/1.1 414 URI Too Long\r\n",
     431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
 }
 
@@ -87,6 +113,9 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._body_in_read = 0  # body bytes the parser delivered from the read being parsed
         self._framing = 0  # a body's bytes that were not body (chunk lines, trailer fields)
         self._chunks = 0
+        self._target_bytes = 0
+        self._dropping = False  # the answered request's body: dropped, not parsed
+        self._unanswered: list[Any] = []  # request cycles not answered yet, oldest first
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
 
@@ -96,6 +125,15 @@ class BoundedHttpTools(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
+        view = memoryview(data)
+        for start in range(0, len(data), SLICE):
+            if self._dropping or self.transport.is_closing():
+                return
+            if not self._parse(view[start : start + SLICE].tobytes()):
+                return
+
+    def _parse(self, data: bytes) -> bool:
+        """One slice; False once the connection is refused, dropped or upgraded."""
         self._ended_in_read = False
         self._body_in_read = 0
         in_body = not self._in_head
@@ -108,38 +146,49 @@ class BoundedHttpTools(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
-            return
+            return False
         except httptools.HttpParserError as exc:
             if isinstance(exc.__context__, ConnectionDropped):
-                self.transport.close()
-                return
+                self._drop_connection()
+                return False
             if isinstance(exc.__context__, HeadRefused):
                 self._refuse(exc.__context__)
-                return
+                return False
             msg = "Invalid HTTP request received."
             self.logger.warning(msg)
             self.send_400_response(msg)
-            return
+            return False
         if not self._in_head:
-            if in_body and not self._ended_in_read:  # a read inside one body: count its framing
+            if in_body and not self._ended_in_read:  # a slice inside one body: count its framing
                 self._framing += len(data) - self._body_in_read
                 if self._framing > self.limits.max_bytes + CHUNK_LINE * self._chunks:
-                    self.transport.close()
-            return
-        # Still in a head: count this read, unless the head began inside it.
+                    self._drop_connection()
+                    return False
+            return True
+        # Still in a head: count this slice, unless the head began inside it.
         self._head_bytes = 0 if self._ended_in_read else self._head_bytes + len(data)
         if self._head_bytes > self.limits.max_bytes:
             self._refuse(
                 HeadRefused(431, f"a request head is at most {self.limits.max_bytes} bytes")
             )
+            return False
+        return True
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_count = 0
-        self._framing = self._chunks = 0
+        self._framing = self._chunks = self._target_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._target_bytes += len(url)
+        if self._target_bytes > MAX_TARGET:
+            raise HeadRefused(414, f"a request target is at most {MAX_TARGET} bytes")
+        super().on_url(url)
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
+        if self._chunks > MAX_CHUNKS:
+            raise ConnectionDropped(f"a body has at most {MAX_CHUNKS} chunks")
 
     def on_body(self, body: bytes) -> None:
         self._body_in_read += len(body)
@@ -160,7 +209,11 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._body_timer = self.loop.call_later(
             self.limits.body_timeout_s + 1, self._body_timed_out
         )
+        if self.url.count(b"&") + self.url.count(b";") >= MAX_QUERY_FIELDS:
+            raise HeadRefused(414, f"a query has at most {MAX_QUERY_FIELDS} fields")
         super().on_headers_complete()
+        self._unanswered = [c for c in self._unanswered if not c.response_complete]
+        self._unanswered.append(self.cycle)
         if len(self.pipeline) > MAX_PIPELINED:
             raise ConnectionDropped(f"more than {MAX_PIPELINED} pipelined requests waiting")
 
@@ -170,9 +223,28 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._cancel_timers()
         super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        if not self._in_head and not self.pipeline and not self.transport.is_closing():
+            # The request just answered is the one whose body is still arriving.
+            self._dropping = True
+            self._cancel_timers()
+            self._body_timer = self.loop.call_later(LINGER_S, self._body_timed_out)
+        super().on_response_complete()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        self._mark_unanswered_disconnected()
         super().connection_lost(exc)
+
+    def _drop_connection(self) -> None:
+        """Closed unanswered; every request not yet answered learns it (see above)."""
+        self._mark_unanswered_disconnected()
+        self.transport.close()
+
+    def _mark_unanswered_disconnected(self) -> None:
+        for cycle in self._unanswered:
+            if not cycle.response_complete:
+                cycle.disconnected = True
 
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer):
@@ -185,9 +257,12 @@ class BoundedHttpTools(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    def _head_timed_out(self) -> None:
+    def _head_timed_out(self, polled: bool = False) -> None:
         self._head_timer = None
         if not self._in_head or self.transport.is_closing():
+            return
+        if not polled:  # read what is already there before deciding (see the docstring)
+            self._head_timer = self.loop.call_later(0.05, self._head_timed_out, True)
             return
         if self._head_bytes == 0:  # nothing of a head sent: nobody to answer
             self.transport.close()
