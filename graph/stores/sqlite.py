@@ -293,8 +293,10 @@ class SqliteEdgeStore(StoreQueries):
         )
 
     def known_users(self, users: Collection[str]) -> set[str]:
-        """Short-circuiting EXISTS per user, each on an index prefix (edges' primary key, the
-        following index, posts' primary key, users' primary key)."""
+        """Short-circuiting EXISTS per user, each on an index prefix: active followers on the
+        partial index of active edges (named: on the primary key the planner would step over
+        every inactive follower first, so a user whose 30k followers all left cost 3.7 ms), the
+        following index, edges', posts' and users' primary keys."""
         active: set[str] = set()
         seen: set[str] = set()
         removed: set[str] = set()
@@ -302,7 +304,8 @@ class SqliteEdgeStore(StoreQueries):
             values = ",".join(["(?)"] * len(chunk))
             rows = self._db.execute(
                 "SELECT v.column1,"
-                " EXISTS (SELECT 1 FROM edges WHERE followee = v.column1 AND active = 1)"
+                " EXISTS (SELECT 1 FROM edges INDEXED BY edges_active_followers"
+                " WHERE followee = v.column1 AND active = 1)"
                 " OR EXISTS (SELECT 1 FROM edges WHERE follower = v.column1 AND active = 1),"
                 " EXISTS (SELECT 1 FROM edges WHERE followee = v.column1)"
                 " OR EXISTS (SELECT 1 FROM edges WHERE follower = v.column1)"
