@@ -7,8 +7,9 @@ Three bounds, each checked as the body arrives, before anything is parsed or bui
   strings), counted chunk by chunk by ``TokenCounter`` (422 as soon as it is exceeded), so the
   parser is never handed a body that would build millions of objects: a batch of 1000 events
   with at most ``MAX_FIELDS`` fields each cannot have more, whatever its texts hold;
-- memory and time: every body being received in the process shares ``BodyBudget`` (503 with
-  Retry-After when it is spent) and must arrive within a timeout (408).
+- memory and time: every body being received or still in use (parsed, being published) in
+  the process shares ``BodyBudget`` (503 with Retry-After when it is spent), and a body must
+  arrive within a timeout (408).
 
 Counting costs one regular-expression scan of each chunk as it arrives (C speed, a few hundred
 microseconds for 64 KiB) and Python work per token, of which there are at most ``max_tokens``:
@@ -19,7 +20,9 @@ holding at most ``max_tokens`` values.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
@@ -98,7 +101,8 @@ class BodyBudget:
         self.held -= size
 
 
-async def read_json_body(
+@contextlib.asynccontextmanager
+async def json_body(
     request: Request,
     *,
     max_bytes: int,
@@ -106,16 +110,20 @@ async def read_json_body(
     budget: BodyBudget,
     timeout_s: float,
     retry_after_s: int,
-) -> bytes:
-    """The whole body of a JSON request, or the problem of the first bound it breaks. Such a
-    problem closes the connection once sent (``Connection: close``): the rest of the body is
-    never read, and a client still sending it would otherwise wait on a connection the server
-    no longer reads."""
+) -> AsyncIterator[bytes]:
+    """The whole body of a JSON request, held against ``budget`` from its first byte until
+    the block ends (what the route builds from it, a publish waiting on the broker included,
+    lives as long), or the problem of the first bound it breaks. Such a problem closes the
+    connection once sent (``Connection: close``): the rest of the body is never read, and a
+    client still sending it would otherwise wait on a connection the server no longer reads."""
+    held = [0]
     try:
-        return await _read(request, max_bytes, max_tokens, budget, timeout_s, retry_after_s)
+        yield await _read(request, max_bytes, max_tokens, budget, timeout_s, retry_after_s, held)
     except Problem as problem:
         problem.headers = {**problem.headers, "Connection": "close"}
         raise
+    finally:
+        budget.give_back(held[0])
 
 
 async def _read(
@@ -125,7 +133,9 @@ async def _read(
     budget: BodyBudget,
     timeout_s: float,
     retry_after_s: int,
+    held: list[int],
 ) -> bytes:
+    """``held[0]``: the bytes taken from ``budget`` so far, for the caller to give back."""
     if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
         raise Problem(
             415,
@@ -145,6 +155,7 @@ async def _read(
                 if size + len(chunk) > max_bytes:
                     raise too_large(max_bytes)
                 budget.take(len(chunk), retry_after_s)
+                held[0] += len(chunk)
                 size += len(chunk)
                 counter.feed(chunk)
                 chunks.append(chunk)
@@ -157,8 +168,6 @@ async def _read(
         raise Problem(
             422, "invalid-events", "Invalid events", f"must be {rule}", [FieldError("", rule)]
         ) from None
-    finally:
-        budget.give_back(size)
     return b"".join(chunks)
 
 

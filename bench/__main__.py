@@ -19,6 +19,7 @@ BENCHMARKS = {
     "api": "bench.api_http",
     "member-pages": "bench.member_pages",
     "group-protocol": "bench.group_protocol",
+    "heavy-following": "bench.heavy_following",
 }
 
 

@@ -45,7 +45,7 @@ def run(settings: Settings, report: Report) -> None:
                 for owner, n in sizes.items():
                     for limit in LIMITS:
                         paths = [_path(owner, n, limit, rng) for _ in range(requests)]
-                        spent, times = _pages(conn, served.pid, paths)
+                        spent, times = timed_gets(conn, served.pid, paths)
                         cpu.setdefault((owner, limit), []).append(spent / requests)
                         wall.setdefault((owner, limit), []).extend(times)
             conn.close()
@@ -88,12 +88,12 @@ def _path(owner: str, n: int, limit: int, rng: random.Random) -> str:
     return f"/v1/users/{owner}/followers?limit={limit}{cursor}"
 
 
-def _pages(
+def timed_gets(
     conn: http.client.HTTPConnection, pid: int, paths: list[str]
 ) -> tuple[float, list[float]]:
 
     times = []
-    before = _cpu_s(pid)
+    before = process_cpu_s(pid)
     for path in paths:
         started = time.perf_counter()
         conn.request("GET", path)
@@ -102,10 +102,10 @@ def _pages(
         times.append(time.perf_counter() - started)
         if response.status != 200 or not body:
             raise RuntimeError(f"GET {path}: {response.status} {body[:200]!r}")
-    return _cpu_s(pid) - before, times
+    return process_cpu_s(pid) - before, times
 
 
-def _cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """CPU time of every thread of the process, in ns resolution: the first field of each
     thread's /proc schedstat (clock ticks in /proc/PID/stat are 10 ms, coarser than a page)."""
     total = 0

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from api.backends import Backends
-from api.body import read_json_body
+from api.body import json_body
 from api.context import context
 from api.problems import FieldError, Problem, unavailable
 from api.routing import ApiRoute, dumps, json_response, problems, ref, responds
@@ -94,21 +94,21 @@ def publish(backends: Backends, events: list[AnyEvent], timeout: float, retry: i
 async def post_events(request: Request) -> Response:
     ctx = context(request)
     who = ctx.guard.publisher(request)
-    body = await read_json_body(
+    # The producer's own message timeout is the API's (see fanout/api_server.py), so every
+    # event has its delivery report by then: the flush waits a little longer than that.
+    timeout = ctx.settings.publish_timeout_s + 5
+    async with json_body(
         request,
         max_bytes=MAX_BODY_BYTES,
         max_tokens=MAX_TOKENS,
         budget=ctx.body_budget,
         timeout_s=ctx.settings.body_timeout_s,
         retry_after_s=ctx.settings.retry_after_s,
-    )
-    events = parse(body)
-    ctx.guard.publish_for(who, events)
-    # The producer's own message timeout is the API's (see fanout/api_server.py), so every
-    # event has its delivery report by then: the flush waits a little longer than that.
-    timeout = ctx.settings.publish_timeout_s + 5
-    body = await ctx.pool.run(publish, events, timeout, ctx.settings.retry_after_s)
-    return json_response(body, 202)
+    ) as body:
+        events = parse(body)
+        ctx.guard.publish_for(who, events)
+        answer = await ctx.pool.run(publish, events, timeout, ctx.settings.retry_after_s)
+    return json_response(answer, 202)
 
 
 EVENT_SCHEMA: dict[str, Any] = {"oneOf": [ref(f"{name}Event") for name in EVENT_TYPES]}

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from graph.lists import fencing
+from graph.lists.decoded import DecodedLists
 from graph.lists.fencing import Index
 from graph.lists.token_lists import Pending, ReadRound, TokenLists
 from graph.lists.tokens import CorruptList, compact_shards, decode, encode_members, split_tokens
@@ -71,6 +72,8 @@ class _Retries:
 
 class ListStore(TokenLists):
     """Sharded lists (followers, following): an index item and shards behind it."""
+
+    decoded = DecodedLists()  # per process: every reader of a list decodes the same bytes
 
     @staticmethod
     def shard_key(index_key: bytes, gen: bytes, shard: bytes) -> bytes:
@@ -191,7 +194,8 @@ class ListStore(TokenLists):
         """A list's members from items someone else's multi-GET brought (its head and the
         shards the head names), when that is a committed, complete, clean list; None for
         anything else (absent, being built, a shard missing, corrupt, dirty, wasteful), which
-        ``read_many`` handles as always (rebuild, wait, drop, compact).
+        ``read_many`` handles as always (rebuild, wait, drop, compact). Bytes decoded before
+        are not decoded again (graph/lists/decoded.py).
 
         The caller must have read each shard no earlier than a moment at which the head held
         the value in ``found`` (after it, as ``read_many`` does, or in the same batch with a
@@ -205,12 +209,17 @@ class ListStore(TokenLists):
         if not keys or None in shards:
             return None
         present = [s for s in shards if s is not None]
+        values = [s.value for s in present]
+        if (members := self.decoded.get(key, values)) is not None:
+            return members
         try:
-            decoded = decode(s.value for s in present)
+            decoded = decode(values)
         except CorruptList:
             return None
+        self.stats.decodes += 1
         if self._is_dirty(decoded) or self._wasteful(keys, present, decoded.members):
             return None
+        self.decoded.put(key, values, decoded.members)
         return decoded.members
 
     def _drop(self, keys: Mapping[ListRef, bytes], broken: Mapping[ListRef, Item]) -> None:

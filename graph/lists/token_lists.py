@@ -93,6 +93,7 @@ class ListStats:
     retries: int = 0
     build_waits: int = 0  # rounds a reader waited for another client's rebuild
     store_reads: int = 0  # reads answered from the store (a build in progress for too long)
+    decodes: int = 0  # lists decoded from items another read brought (not found decoded)
 
 
 @dataclass(slots=True)
