@@ -71,6 +71,8 @@ Doc = Mapping[str, Any]
 # of 100 or more updates; below that it answers. Against FerretDB alone, update batches are cut
 # to this size; against MongoDB a batch is one command (pymongo splits at the server's limit).
 FERRETDB_UPDATE_BATCH = 99
+# Users recounted per version: their ids in one ``$in`` stay far below a command's 16 MB.
+RECOUNT_CHUNK = 10_000
 
 
 def _update_batch(db: Database[Any]) -> int | None:
@@ -151,10 +153,15 @@ class MongoEdgeStore(StoreQueries):
             self._meta.update_one({"_id": "edge_counts"}, {"$set": {"filled": True}})
 
     def _recount(self, users: set[str]) -> None:
-        """Steps (2) to (4) of the module docstring, for all ``users`` at once."""
-        if not users:
-            return
+        """Steps (2) to (4) of the module docstring, for ``users`` in chunks of
+        ``RECOUNT_CHUNK`` (a removal of a user with a million neighbours, or the fill of a
+        large database, would otherwise be one command past MongoDB's 16 MB); each chunk takes
+        a version of its own, after every edge write of the batch, as the argument needs."""
         wanted = sorted(users)
+        for start in range(0, len(wanted), RECOUNT_CHUNK):
+            self._recount_chunk(wanted[start : start + RECOUNT_CHUNK])
+
+    def _recount_chunk(self, wanted: list[str]) -> None:
         counter = self._meta.find_one_and_update(
             {"_id": "edge_counts"}, {"$inc": {"v": 1}}, return_document=ReturnDocument.AFTER
         )
