@@ -22,6 +22,21 @@ class TimelinePage(BaseModel):
     )
 
 
+class AuthorPost(BaseModel):
+    post_id: str
+    author: str
+    ts: int = Field(description="milliseconds since the epoch (the time the store kept)")
+    text: str | None = Field(description="the post's text; null for a post published without")
+
+
+class AuthorPage(BaseModel):
+    user: str
+    posts: list[AuthorPost] = Field(description="the author's posts, newest first")
+    next: str | None = Field(
+        description="opaque cursor naming the last post shown; null at the end"
+    )
+
+
 class MemberPage(BaseModel):
     user: str
     members: list[str] = Field(description="sorted by id")
@@ -86,6 +101,8 @@ class ProblemBody(BaseModel):
 MODELS: tuple[type[BaseModel], ...] = (
     TimelinePost,
     TimelinePage,
+    AuthorPost,
+    AuthorPage,
     MemberPage,
     FollowingAnswer,
     Accepted,

@@ -28,7 +28,8 @@ class ApiSettings(BaseSettings):
     )
     private_lists: bool = Field(
         False,
-        description="follower/following lists, the point query and /v1/stats need a valid token",
+        description="follower/following lists, author pages, the point query and /v1/stats need a "
+        "valid token",
     )
     threads: int = Field(
         8,

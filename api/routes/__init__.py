@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from api.routes import events, health, meta, page, stats, timelines, users
+from api.routes import events, health, meta, page, posts, stats, timelines, users
 from api.routing import ApiRoute
 
 ROUTES: tuple[ApiRoute, ...] = (
     *timelines.ROUTES,
     *users.ROUTES,
+    *posts.ROUTES,
     *events.ROUTES,
     *health.ROUTES,
     *meta.ROUTES,

@@ -60,6 +60,14 @@ class PostRecord:
     text: str | None = None
 
 
+class PostKey(NamedTuple):
+    """Where a page of one author's posts stops: its last post's time and id (an author's
+    posts are ordered by time, then id)."""
+
+    ts: int
+    post_id: str
+
+
 def newest_first(posts: Iterable[PostRecord], limit: int) -> list[PostRecord]:
     """One total order for posts everywhere: time, then author and id to break ties."""
     return sorted(posts, key=lambda p: (p.ts, p.author, p.post_id), reverse=True)[:limit]
@@ -165,6 +173,14 @@ class EdgeStore(Protocol):
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
         """The newest ``limit`` posts by any of ``authors``, newest first."""
+        ...
+
+    def author_posts(
+        self, author: str, limit: int, before: PostKey | None = None
+    ) -> list[PostRecord]:
+        """One author's posts older than ``before`` (all when None), newest first, at most
+        ``limit``: one range of the store's index on (author, time), whatever the author's
+        number of posts."""
         ...
 
     def add_celebrities(self, users: Iterable[str]) -> None:

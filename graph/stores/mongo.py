@@ -52,6 +52,7 @@ from graph.model.edges import (
     EdgeChange,
     EdgeCounts,
     EdgeState,
+    PostKey,
     PostRecord,
     RemovedUser,
     Snapshot,
@@ -134,7 +135,8 @@ class MongoEdgeStore(StoreQueries):
         # covered, group filter included.
         self._followers.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
         self._followers.create_index([("_f", 1), ("a", 1), ("_t", 1), ("_g", 1), ("p", 1)])
-        self._posts.create_index([("a", ASCENDING), ("ts", DESCENDING)])
+        # (a, ts, i): an author's page past a cursor is one index range, ties on ts included.
+        self._posts.create_index([("a", ASCENDING), ("ts", DESCENDING), ("i", DESCENDING)])
         self._users.create_index([("celeb", ASCENDING)], sparse=True)
         if self._mode == "collection":
             self._following.create_index([("_f", ASCENDING), ("_t", ASCENDING)], unique=True)
@@ -418,6 +420,24 @@ class MongoEdgeStore(StoreQueries):
         return newest_first(
             (PostRecord(d["a"], d["i"], d["ts"], d.get("text")) for d in cursor), limit
         )
+
+    def author_posts(
+        self, author: str, limit: int, before: PostKey | None = None
+    ) -> list[PostRecord]:
+        if limit < 1:  # pymongo reads 0 as "no limit" and a negative one as one batch
+            return []
+        query: dict[str, Any] = {"a": author}
+        if before is not None:
+            query["$or"] = [
+                {"ts": {"$lt": before.ts}},
+                {"ts": before.ts, "i": {"$lt": before.post_id}},
+            ]
+        cursor = (
+            self._posts.find(query, {"a": 1, "i": 1, "ts": 1, "text": 1})
+            .sort([("ts", DESCENDING), ("i", DESCENDING)])
+            .limit(limit)
+        )
+        return [PostRecord(d["a"], d["i"], d["ts"], d.get("text")) for d in cursor]
 
     def add_celebrities(self, users: Iterable[str]) -> None:
         self._write_documents(

@@ -28,6 +28,7 @@ from graph.model.edges import (
     EdgeChange,
     EdgeCounts,
     EdgeState,
+    PostKey,
     PostRecord,
     RemovedUser,
     Snapshot,
@@ -348,6 +349,21 @@ class SqliteEdgeStore(StoreQueries):
             )
             found += [PostRecord(*row) for row in rows]
         return newest_first(found, limit)
+
+    def author_posts(
+        self, author: str, limit: int, before: PostKey | None = None
+    ) -> list[PostRecord]:
+        if limit < 1:  # SQLite reads a negative LIMIT as "no limit"
+            return []
+        # A row value, so the cursor is a place in the index (author, ts), which holds the
+        # primary key's post_id after ts: the page is a range, never a walk from the newest.
+        sql = "SELECT author, post_id, ts, text FROM posts WHERE author = ?"
+        args: list[object] = [author]
+        if before is not None:
+            sql += " AND (ts, post_id) < (?, ?)"
+            args += [before.ts, before.post_id]
+        sql += " ORDER BY ts DESC, post_id DESC LIMIT ?"
+        return [PostRecord(*row) for row in self._db.execute(sql, [*args, limit])]
 
     def add_celebrities(self, users: Iterable[str]) -> None:
         with self._db:

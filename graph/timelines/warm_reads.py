@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import NoReturn
 
-from graph.model.edges import EdgeChange, PostRecord
+from graph.model.edges import EdgeChange, PostKey, PostRecord
 from graph.model.keys import ListRef
 from graph.timelines.fetch import Remembered
 from graph.timelines.page_memo import PageKey, PageMemo
@@ -171,6 +171,9 @@ class OfflineStore:
 
     def recent_posts(self, authors: Collection[str], limit: int) -> NoReturn:
         raise NotWarm("edge store: recent_posts")
+
+    def author_posts(self, author: str, limit: int, before: PostKey | None = None) -> NoReturn:
+        raise NotWarm("edge store: author_posts")
 
     def add_celebrities(self, users: Iterable[str]) -> NoReturn:
         raise NotWarm("edge store: add_celebrities")

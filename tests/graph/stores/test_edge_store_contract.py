@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from graph.model.edges import EdgeChange, EdgeCounts, EdgeState, EdgeStore, PostRecord, Snapshot
+from graph.model.edges import (
+    EdgeChange,
+    EdgeCounts,
+    EdgeState,
+    EdgeStore,
+    PostKey,
+    PostRecord,
+    Snapshot,
+)
 from graph.model.keys import ListKind, ListRef
 from graph.stores.mongo import MongoEdgeStore
 from graph.stores.sqlite import SqliteEdgeStore
@@ -166,6 +174,23 @@ def test_posts_are_stored_once_and_read_newest_first(edge_store: EdgeStore) -> N
     assert recent[0] == PostRecord("a2", "p29", 1029, "text 29")
     assert len(edge_store.recent_posts({"a0"}, 100)) == 10
     assert edge_store.recent_posts(set(), 10) == []
+
+
+def test_an_authors_posts_page_newest_first_past_a_cursor_ties_included(
+    edge_store: EdgeStore,
+) -> None:
+    """Pages of one author's posts, walked by the last post's (time, id), cover every post
+    once in order, including posts sharing a time."""
+    posts = [PostRecord("a", f"p{i:02d}", 1000 + i // 3, f"t{i}") for i in range(20)]
+    edge_store.store_posts([*posts, PostRecord("b", "p99", 5000, "other author")])
+    expected = sorted(posts, key=lambda p: (p.ts, p.post_id), reverse=True)
+    walked: list[PostRecord] = []
+    before = None
+    while page := edge_store.author_posts("a", 3, before):
+        walked += page
+        before = PostKey(page[-1].ts, page[-1].post_id)
+    assert walked == expected
+    assert edge_store.author_posts("a", 0) == [] == edge_store.author_posts("nobody", 5)
 
 
 def test_a_celebrity_who_was_never_removed_can_be_followed_and_unfollowed(

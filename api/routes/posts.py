@@ -1,0 +1,70 @@
+"""``GET /v1/users/{user}/posts``: a page of one author's posts, newest first, with their
+texts (graph/timelines/author_pages.py). Not cached: a page is one index range whatever the
+author's number of posts, as a member page is (api/routes/users.py)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api import params
+from api.backends import Backends
+from api.context import context
+from api.problems import Problem, invalid
+from api.routes.known import require_known
+from api.routing import ApiRoute, dumps, json_response, problems, responds
+from graph.timelines.author_pages import author_page, page_body
+from graph.timelines.entries import CURSOR_PATTERN
+from graph.timelines.reader import BadCursor
+
+DEFAULT_LIMIT = 50
+
+
+def read_posts(backends: Backends, user: str, limit: int, cursor: str | None) -> bytes:
+    try:
+        page = author_page(backends.store, user, limit, cursor)
+    except BadCursor:
+        raise bad_cursor() from None
+    if not page.posts:
+        require_known(backends, [("user", user)])
+    return dumps(page_body(page))
+
+
+async def author_posts(request: Request) -> Response:
+    ctx = context(request)
+    user = params.user_id(request, "user")
+    ctx.guard.read_lists(request)
+    limit = params.limit(request, DEFAULT_LIMIT)
+    cursor = params.cursor(request)
+    return json_response(await ctx.pool.run(read_posts, user, limit, cursor))
+
+
+def bad_cursor() -> Problem:
+    return invalid("cursor", "the `next` of a previous page of this author's posts")
+
+
+ROUTES = (
+    ApiRoute(
+        "/v1/users/{user}/posts",
+        "GET",
+        author_posts,
+        {
+            "operationId": "getAuthorPosts",
+            "summary": "A page of one author's posts with their texts, newest first",
+            "description": "Public unless FANOUT_API_PRIVATE_LISTS (then any valid token).",
+            "parameters": [
+                params.user_param("user", "the author"),
+                params.limit_param(DEFAULT_LIMIT),
+                params.cursor_param(
+                    CURSOR_PATTERN,
+                    "the `next` of the previous page (time!author!post_id): "
+                    "posts older than that time and post id are shown",
+                ),
+            ],
+            "responses": {
+                **responds(200, "AuthorPage", "a page (empty for a known user with no posts)"),
+                **problems(400, 401, 404, 503),
+            },
+        },
+    ),
+)
