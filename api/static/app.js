@@ -1,4 +1,5 @@
-// The page at `/`: a user's home timeline, followers and following, and the consumers' lag,
+// The page at `/`: a user's home timeline, own posts, followers and following, and the
+// consumers' lag,
 // read from this API only (same origin, no build step, no third-party code). The user shown
 // is in the location hash (#user=ID), so the back button walks back through the graph. Text
 // from the API is only ever set with textContent, never parsed as HTML.
@@ -107,6 +108,31 @@ const timeline = pager(
   },
 );
 
+// The user's own posts with their texts; a text is set with textContent like everything else,
+// so a post that reads like markup is shown as the characters it is.
+const posts = pager(
+  "posts",
+  "posts-more",
+  async (cursor) => {
+    let path = `/v1/users/${q(current)}/posts?limit=${TIMELINE_PAGE}`;
+    if (cursor) path += `&cursor=${q(cursor)}`;
+    const body = await api(path);
+    return { items: body.posts, next: body.next };
+  },
+  (post) => {
+    const id = document.createElement("span");
+    id.className = "post-id";
+    id.textContent = post.post_id;
+    const text = document.createElement("span");
+    text.className = "text";
+    text.textContent = post.text === null ? "" : post.text;
+    const when = document.createElement("span");
+    when.className = "when";
+    when.textContent = new Date(post.ts).toLocaleString();
+    return item(id, " ", text, " ", when);
+  },
+);
+
 function members(kind) {
   return pager(
     kind,
@@ -133,11 +159,18 @@ async function show(user) {
   }
   current = user;
   $("user").value = user;
-  $("current-user").textContent = user;
-  $("current-user").className = "";
+  for (const id of ["current-user", "posts-user"]) {
+    $(id).textContent = user;
+    $(id).className = "";
+  }
   for (const kind of ["followers", "following"]) $(`${kind}-count`).textContent = "…";
   // Settled one by one: a timeline refused to this token still shows the public lists.
-  const results = await Promise.allSettled([timeline(true), followers(true), following(true)]);
+  const results = await Promise.allSettled([
+    timeline(true),
+    posts(true),
+    followers(true),
+    following(true),
+  ]);
   const failed = results.find((r) => r.status === "rejected");
   showError(failed ? failed.reason : null);
 }

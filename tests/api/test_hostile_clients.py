@@ -29,9 +29,11 @@ LIMITS = {
 
 @pytest.fixture
 def served(settings: Settings) -> Iterator[tuple[str, int, list[bytes]]]:
+    """The server's log is printed once it has stopped: pytest shows it for a failed test."""
     with serving(settings, **LIMITS) as (base, output):
         host, port = base.removeprefix("http://").split(":")
         yield host, int(port), output
+    print(b"".join(output).decode(errors="replace")[-20_000:])
 
 
 def connect(host: str, port: int) -> socket.socket:
@@ -60,16 +62,29 @@ def send_all(sock: socket.socket, data: bytes) -> int:
     return sent
 
 
+class Responses:
+    """The responses on one connection, in order. Bytes received past one response belong to
+    the next: pipelined answers often arrive in one read."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def next(self) -> bytes:
+        """One response, head and body (``Content-Length``), on a connection that stays open."""
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += received_more(self.sock)
+        head, _, rest = self.buffer.partition(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
+        while len(rest) < length:
+            rest += received_more(self.sock)
+        self.buffer = rest[length:]
+        return head + b"\r\n\r\n" + rest[:length]
+
+
 def response_to(sock: socket.socket) -> bytes:
-    """One response, head and body (``Content-Length``), on a connection that stays open."""
-    received = b""
-    while b"\r\n\r\n" not in received:
-        received += received_more(sock)
-    head, _, body = received.partition(b"\r\n\r\n")
-    length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
-    while len(body) < length:
-        body += received_more(sock)
-    return head + b"\r\n\r\n" + body
+    """The one response the connection is owed next."""
+    return Responses(sock).next()
 
 
 def received_more(sock: socket.socket) -> bytes:
@@ -319,7 +334,8 @@ def test_pipelined_requests_read_are_all_answered_in_order(
     sock = connect(host, port)
     paths = [f"/v1/users/u{i}/followers" for i in range(20)]
     sock.sendall(b"".join(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % p.encode() for p in paths))
-    answers = [response_to(sock) for _ in paths]
+    responses = Responses(sock)
+    answers = [responses.next() for _ in paths]
     assert [status_of(a) for a in answers] == [404] * 20
     assert [re.search(rb"u\d+", a.partition(b"\r\n\r\n")[2]).group() for a in answers] == [  # type: ignore[union-attr]
         p.split("/")[3].encode() for p in paths

@@ -117,6 +117,33 @@ def test_the_page_shows_a_timeline_lists_and_lag_and_moves_around_the_graph(
     assert (tmp_path / "alice.png").stat().st_size > 10_000
 
 
+MARKUP = '<img src=x onerror="window.ran=1"><script>window.ran=2</script>'
+
+
+def test_a_users_own_posts_are_shown_with_their_texts_as_text_never_run(
+    settings: Settings, browser: WebDriver
+) -> None:
+    publish(
+        settings,
+        [
+            {"type": "follow", "follower": "fan", "followee": "dave"},
+            {"type": "post", "author": "dave", "post_id": "d1", "text": "plain words"},
+            {"type": "post", "author": "dave", "post_id": "d2", "text": MARKUP},
+        ],
+    )
+    consume(settings, graph=1, posts=2)
+    with serving(settings) as (base, _):
+        browser.get("about:blank")
+        browser.get(f"{base}/#user=dave")
+        wait_for(browser, "dave's posts", lambda d: len(texts(d, "posts")) == 2)
+        assert shown(browser, "posts-user") == "dave"
+        newest, oldest = texts(browser, "posts")
+        assert newest.startswith(f"d2 {MARKUP}") and oldest.startswith("d1 plain words")
+        assert browser.execute_script("return window.ran") is None  # shown, never run
+        assert browser.find_elements(By.CSS_SELECTOR, "#posts img, #posts script") == []
+        assert shown(browser, "error") == ""
+
+
 def test_with_auth_on_the_page_asks_for_a_token_and_uses_the_pasted_one(
     settings: Settings, browser: WebDriver, tmp_path: Path
 ) -> None:
