@@ -7,7 +7,11 @@ answers, and closes the connection:
 
 - 431 once a head exceeds ``max_bytes``, counted as the bytes arrive, before it is complete:
   each read is parsed in slices of ``SLICE`` bytes, so at most one slice past the limit is ever
-  parsed (a slice that ends one request and starts the next is not counted against the next);
+  parsed (a slice that ends one request and starts the next is not counted against the next),
+  and the head's request target and fields are counted as parsed, which holds the slice that
+  completes a head to the limit too. With answers to earlier pipelined requests still owed,
+  the refusal waits until they are sent (sent at once, it would be read as the first of them)
+  and nothing more of the connection is parsed meanwhile;
 - 414 when the request target (path and query) is over ``MAX_TARGET`` bytes or has more than
   ``MAX_QUERY_FIELDS`` query fields: no route takes more than a few, and Starlette's query
   parsing costs microseconds per field on the event loop;
@@ -17,7 +21,7 @@ answers, and closes the connection:
   holding silent connections would otherwise use up ``limit_concurrency``). The timer decides
   one poll of the sockets after it fires: uvloop runs due timers before it reads, so after the
   loop was held up (a loaded machine) a head that had arrived in time would otherwise be taken
-  for a late one;
+  for a late one; uvicorn's keep-alive timer is deferred the same way;
 - the connection closed when a body is not all received within ``body_timeout_s`` of its
   head (a route that reads its body answers 408 itself first, api/body.py; this catches a
   body trickled to a route that answered without reading it, which would otherwise hold the
@@ -26,11 +30,9 @@ answers, and closes the connection:
   chunks' size lines need (``CHUNK_LINE`` bytes each): chunk extensions and trailer fields are
   a head by another name, and httptools joins a trailer field's pieces as it joins a header's;
 - the connection closed when a chunked body has more than ``MAX_CHUNKS`` chunks: each chunk
-  costs Python callbacks, so one-byte chunks made a body's cost its length times theirs;
-- a body still arriving when its request has been answered (a route that answered without
-  reading it) is no longer parsed: its bytes are dropped as they come, and the connection is
-  closed ``LINGER_S`` later (soon enough to free the connection, late enough for the client to
-  have read the answer before the close resets it);
+  costs Python callbacks, so one-byte chunks made a body's cost its length times theirs (a body
+  still arriving after its request was answered is parsed on, so the connection can carry the
+  next request: this bounds it too);
 - the connection closed when a client has more than ``MAX_PIPELINED`` requests waiting behind
   the one being answered (uvicorn queues every pipelined request it parses, and resumes reading
   after each answer, so a client that sends and never reads grew the queue without bound).
@@ -92,8 +94,8 @@ MAX_CHUNKS = 8192
 # Request target: the longest a route needs is a path of two ids and a cursor, well under this.
 MAX_TARGET = 2048
 MAX_QUERY_FIELDS = 16
-# How long a connection whose answered request's body is still arriving stays open, dropping it.
-LINGER_S = 1.0
+# How much later a timer that fired decides: past the next poll of the sockets.
+POLL_GRACE_S = 0.05
 
 STATUS_LINES = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
@@ -114,7 +116,8 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._framing = 0  # a body's bytes that were not body (chunk lines, trailer fields)
         self._chunks = 0
         self._target_bytes = 0
-        self._dropping = False  # the answered request's body: dropped, not parsed
+        self._parsed_bytes = 0  # the current head's request target and fields, as parsed
+        self._refusal: HeadRefused | None = None  # to send once the answers owed are sent
         self._unanswered: list[Any] = []  # request cycles not answered yet, oldest first
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
@@ -127,8 +130,8 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         view = memoryview(data)
         for start in range(0, len(data), SLICE):
-            if self._dropping or self.transport.is_closing():
-                return
+            if self._refusal is not None or self.transport.is_closing():
+                return  # nothing more is parsed on a connection being refused
             if not self._parse(view[start : start + SLICE].tobytes()):
                 return
 
@@ -177,13 +180,21 @@ class BoundedHttpTools(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_count = 0
-        self._framing = self._chunks = self._target_bytes = 0
+        self._framing = self._chunks = self._target_bytes = self._parsed_bytes = 0
 
     def on_url(self, url: bytes) -> None:
         self._target_bytes += len(url)
         if self._target_bytes > MAX_TARGET:
             raise HeadRefused(414, f"a request target is at most {MAX_TARGET} bytes")
+        self._count_parsed(len(url))
         super().on_url(url)
+
+    def _count_parsed(self, size: int) -> None:
+        """The head as parsed so far, so that the slice completing a head is held to the limit
+        too (the per-slice count cannot see where in a slice a head ends)."""
+        self._parsed_bytes += size
+        if self._parsed_bytes > self.limits.max_bytes:
+            raise HeadRefused(431, f"a request head is at most {self.limits.max_bytes} bytes")
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
@@ -198,6 +209,7 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._header_count += 1
         if self._header_count > self.limits.max_count:
             raise HeadRefused(431, f"a request has at most {self.limits.max_count} headers")
+        self._count_parsed(len(name) + len(value) + 4)
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -224,12 +236,18 @@ class BoundedHttpTools(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        if not self._in_head and not self.pipeline and not self.transport.is_closing():
-            # The request just answered is the one whose body is still arriving.
-            self._dropping = True
-            self._cancel_timers()
-            self._body_timer = self.loop.call_later(LINGER_S, self._body_timed_out)
         super().on_response_complete()
+        refusal = self._refusal
+        if refusal is not None and all(c.response_complete for c in self._unanswered):
+            self._refusal = None
+            self._refuse(refusal)
+
+    def timeout_keep_alive_handler(self) -> None:
+        """uvicorn's keep-alive timer, deciding one socket poll later (see ``_head_timed_out``):
+        a request that arrived while the loop was held up is read, which cancels this."""
+        self.timeout_keep_alive_task = self.loop.call_later(
+            POLL_GRACE_S, super().timeout_keep_alive_handler
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -262,7 +280,7 @@ class BoundedHttpTools(HttpToolsProtocol):
         if not self._in_head or self.transport.is_closing():
             return
         if not polled:  # read what is already there before deciding (see the docstring)
-            self._head_timer = self.loop.call_later(0.05, self._head_timed_out, True)
+            self._head_timer = self.loop.call_later(POLL_GRACE_S, self._head_timed_out, True)
             return
         if self._head_bytes == 0:  # nothing of a head sent: nobody to answer
             self.transport.close()
@@ -272,8 +290,13 @@ class BoundedHttpTools(HttpToolsProtocol):
         )
 
     def _refuse(self, refused: HeadRefused) -> None:
-        """Answer and close: the rest of what the client sends is never parsed."""
+        """Answer and close: the rest of what the client sends is never parsed. With answers
+        to earlier pipelined requests still owed, the refusal cannot be sent (the client would
+        take it for the first of them): the connection is closed unanswered instead."""
         self._cancel_timers()
+        if any(not cycle.response_complete for cycle in self._unanswered):
+            self._refusal = refused  # sent once the last owed answer is (on_response_complete)
+            return
         body = refused.reason.encode("ascii")
         self.transport.write(
             b"".join(

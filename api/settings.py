@@ -41,6 +41,14 @@ class ApiSettings(BaseSettings):
     retry_after_s: int = Field(
         2, ge=1, le=3600, description="Retry-After of a 503 (memcached or the store unreachable)"
     )
+    max_following: int = Field(
+        7500,
+        ge=1,
+        description="POST /v1/events refuses follows that would take a user past this many "
+        "followed (Mastodon's limit): a home timeline read moves the reader's following list "
+        "from memcached, so its size bounds what one read costs; counted against the store's "
+        "kept counts, so follows not yet applied can pass it by what is in flight",
+    )
     publish_timeout_s: float = Field(
         10.0, gt=0, le=300, description="POST /v1/events waits this long for the broker's acks"
     )

@@ -20,7 +20,7 @@ from api.context import context
 from api.problems import FieldError, Problem, unavailable
 from api.routing import ApiRoute, dumps, json_response, problems, ref, responds
 from schemas import AnyEvent, EventDecodeError, validate_event
-from schemas.events import EVENT_TYPES
+from schemas.events import EVENT_TYPES, Follow
 from schemas.topics import APP_TYPES, admit
 
 MAX_EVENTS = 1000
@@ -76,7 +76,27 @@ def shown_field(path: str) -> str:
     return path if len(path) <= FIELD_SHOWN else path[: FIELD_SHOWN - 1] + "…"
 
 
-def publish(backends: Backends, events: list[AnyEvent], timeout: float, retry: int) -> bytes:
+def refuse_follows_past(backends: Backends, events: list[AnyEvent], cap: int) -> None:
+    """422 for the follows of any follower whom this batch would take past ``cap`` followed
+    (the store's kept count, one lookup per follower, plus the batch's follows)."""
+    follows: dict[str, list[int]] = {}
+    for index, event in enumerate(events):
+        if isinstance(event, Follow):
+            follows.setdefault(event.follower, []).append(index)
+    rule = f"a user follows at most {cap} users"
+    errors = [
+        FieldError("follower", rule, indexes[-1])
+        for follower, indexes in follows.items()
+        if backends.store.counts(follower).following + len(indexes) > cap
+    ]
+    if errors:
+        raise Problem(422, "invalid-events", "Invalid events", rule, errors)
+
+
+def publish(
+    backends: Backends, events: list[AnyEvent], timeout: float, retry: int, max_following: int
+) -> bytes:
+    refuse_follows_past(backends, events, max_following)
     publisher = backends.publisher
     sent = [publisher.publish(event, tag=index) for index, event in enumerate(events)]
     report = publisher.flush(timeout)
@@ -107,7 +127,9 @@ async def post_events(request: Request) -> Response:
     ) as body:
         events = parse(body)
         ctx.guard.publish_for(who, events)
-        answer = await ctx.pool.run(publish, events, timeout, ctx.settings.retry_after_s)
+        answer = await ctx.pool.run(
+            publish, events, timeout, ctx.settings.retry_after_s, ctx.settings.max_following
+        )
     return json_response(answer, 202)
 
 

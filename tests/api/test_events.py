@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from fanout.settings import Settings
 from schemas import decode_event
-from tests.api.conftest import api_client
+from tests.api.conftest import Graph, api_client
 from tests.conftest import Refused, settings_env
 from tests.kafka_helpers import read_topic
 
@@ -56,6 +56,27 @@ def test_invalid_events_name_index_field_and_rule_and_nothing_is_sent(
     assert problem(single)["errors"] == [{"field": "post_id", "rule": "Field required"}]
     # Nothing of the rejected batch reached the topic (the good event included).
     assert read_topic(settings.kafka, settings.topics.graph, 1, timeout=2) == []
+
+
+def test_follows_past_the_cap_are_refused_counting_the_store_and_the_batch(
+    settings: Settings, graph: Graph
+) -> None:
+    """With a cap of 3: a user following 2 may follow 1 more, not 2; others are unaffected;
+    nothing of a refused batch is sent."""
+    graph.follow("busy", "a", "b")
+    with api_client(settings, max_following=3) as client:
+        over = [
+            {"type": "follow", "follower": "busy", "followee": "c"},
+            {"type": "follow", "follower": "calm", "followee": "c"},
+            {"type": "follow", "follower": "busy", "followee": "d"},
+        ]
+        response = client.post("/v1/events", json=over)
+        assert response.status_code == 422
+        assert problem(response)["errors"] == [
+            {"field": "follower", "rule": "a user follows at most 3 users", "index": 2}
+        ]
+        assert read_topic(settings.kafka, settings.topics.graph, 1, timeout=2) == []
+        assert client.post("/v1/events", json=over[:2]).status_code == 202
 
 
 def test_a_problem_shows_unknown_field_names_cut_short(client: TestClient) -> None:

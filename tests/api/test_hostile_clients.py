@@ -345,12 +345,13 @@ def test_pipelined_requests_read_are_all_answered_in_order(
 def test_a_head_completed_in_one_read_is_held_to_the_size_limit(
     served: tuple[str, int, list[bytes]],
 ) -> None:
-    """A head five times the limit sent in one write (it arrives in one read and completes
-    there) is refused like one that trickles in."""
+    """A head sent in one write (it arrives in one read and completes there) is refused like
+    one that trickles in, however little past the limit."""
     host, port, _ = served
-    sock = connect(host, port)
-    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n")
-    assert status_of(answer(sock)) == 431
+    for size in (40_000, 8192 + 6000):  # far past the limit (8 KiB here), and one slice past
+        sock = connect(host, port)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+        assert status_of(answer(sock)) == 431, size
 
 
 def test_a_long_or_many_fielded_request_target_is_refused_before_the_app_runs(
@@ -369,10 +370,12 @@ def test_a_long_or_many_fielded_request_target_is_refused_before_the_app_runs(
     assert status_of(response_to(sock)) == 404  # an ordinary query still reaches the route
 
 
-def test_a_body_still_arriving_after_its_answer_is_not_parsed(settings: Settings) -> None:
-    """A chunked body of one-byte chunks to a route that answers without reading it: the
-    connection is closed about a second after the answer, not held (and parsed, chunk by chunk)
-    until the body timer, 30 s here."""
+def test_a_body_of_one_byte_chunks_after_its_answer_is_cut_off_at_the_chunk_limit(
+    settings: Settings,
+) -> None:
+    """A route that answers without reading its body: the body is parsed on (the connection
+    may carry another request after it), but a flood of one-byte chunks is closed at 8,192
+    chunks, long before the body timer (30 s here) would end it."""
     with serving(settings, **{**LIMITS, "FANOUT_API_BODY_TIMEOUT_S": "30"}) as (base, _):
         host, port = base.removeprefix("http://").split(":")
         sock = socket.create_connection((host, int(port)), timeout=10)
@@ -383,6 +386,38 @@ def test_a_body_still_arriving_after_its_answer_is_not_parsed(settings: Settings
                 sock.sendall(b"1\r\nx\r\n" * 500)
         assert closed_by_server(sock)
         assert get(f"{base}/healthz")[0] == 200
+
+
+def test_a_connection_carries_the_next_request_after_a_body_its_route_did_not_read(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    """A keep-alive client (an expired token's 401, a 405) sends its next request on the same
+    connection once its body is sent: it is answered."""
+    host, port, _ = served
+    sock = connect(host, port)
+    body = b"x" * 100_000
+    sock.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+    responses = Responses(sock)
+    assert status_of(responses.next()) == 405
+    sock.sendall(body + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status_of(responses.next()) == 200
+
+
+def test_a_refusal_never_stands_in_for_an_answer_still_owed(
+    served: tuple[str, int, list[bytes]],
+) -> None:
+    """A request pipelined behind one still being answered is refused (a head over the
+    limit): the client gets the first answer, then the refusal, then a closed connection;
+    never the refusal read as the first answer."""
+    host, port, _ = served
+    sock = connect(host, port)
+    sock.sendall(
+        b"GET /v1/users/u1/followers HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n"
+    )
+    received = answer(sock)
+    assert status_of(received) == 404  # u1's (unknown) list, answered first
+    assert received.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 431 " in received
 
 
 def test_a_body_of_more_chunks_than_the_limit_closes_the_connection(settings: Settings) -> None:
