@@ -22,20 +22,11 @@ one.)
 fine while the graph fits one shard) or a separate ``following`` collection holding the flipped
 edges (``"collection"``), so that each collection can be sharded by its own key.
 
-Follower and following counts are kept in ``edge_counts``, ``{_id: user, c: {v, fr, fg}}``, by
-a versioned recount (``_recount``) after every write that can change a user's edges: (1) write
-the edges, (2) take the next version ``v`` from one counter (``$inc`` on ``meta``'s ``edge_counts``
-document, atomic, its new value returned), (3) count each changed user's active edges on the
-covered index, (4) ``$max`` the user's ``c`` with ``{v, fr, fg}``: MongoDB orders embedded
-documents field by field, so ``c`` is a max-register on ``v``. Why the kept counts are exact
-once the writers are done, whatever their interleaving: for each user, the writer holding the
-greatest ``v`` among those that touched the user wins. Every other such writer wrote its edges
-before taking its smaller ``v``, so before that writer took its own, so before its count (3):
-the winning count sees every edge write there is. A writer killed before (2) takes no version;
-its retry writes the edges again (a no-op) and takes one. No transaction, no before-image and
-no decrement is needed. The cost moves from the read (one ``_id`` lookup whatever the lists'
-sizes) to the write: per batch, one counter ``$inc``, two index-covered aggregations over the
-changed users' lists and one ``$max`` per changed user.
+Follower and following counts are counted on the covered index of active edges
+(``count_documents`` on ``(_f, a)``): exact whatever the interleaving of writers, but their cost
+grows with the list (index keys, not documents). Maintaining them as edges change state needs
+each change's before-image without a transaction; the SQLite store does keep them (triggers in
+the edge's own transaction).
 """
 
 from __future__ import annotations
@@ -43,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from pymongo import ASCENDING, DESCENDING, ReadPreference, ReturnDocument, UpdateOne
+from pymongo import ASCENDING, DESCENDING, ReadPreference, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, ConfigurationError
@@ -72,8 +63,6 @@ Doc = Mapping[str, Any]
 # of 100 or more updates; below that it answers. Against FerretDB alone, update batches are cut
 # to this size; against MongoDB a batch is one command (pymongo splits at the server's limit).
 FERRETDB_UPDATE_BATCH = 99
-# Users recounted per version: their ids in one ``$in`` stay far below a command's 16 MB.
-RECOUNT_CHUNK = 10_000
 
 
 def _update_batch(db: Database[Any]) -> int | None:
@@ -116,13 +105,10 @@ class MongoEdgeStore(StoreQueries):
         self._followers: Collection[Any] = db["followers"]
         self._users: Collection[Any] = db["users"]
         self._posts: Collection[Any] = db["posts"]
-        self._counts: Collection[Any] = db["edge_counts"]
-        self._meta: Collection[Any] = db["meta"]
         self._following: Collection[Any] = (
             db["following"] if following_mode == "collection" else self._followers
         )
         self._ensure_indexes()
-        self._ensure_counts()
 
     def _update_many(self, collection: Collection[Any], ops: Sequence[UpdateOne]) -> None:
         """Unordered updates: one command, or batches of ``FERRETDB_UPDATE_BATCH`` on FerretDB."""
@@ -143,48 +129,6 @@ class MongoEdgeStore(StoreQueries):
             self._following.create_index([("_f", 1), ("a", 1), ("_t", 1), ("_g", 1), ("p", 1)])
         else:
             self._followers.create_index([("_t", 1), ("a", 1), ("_f", 1), ("_g", 1), ("p", 1)])
-
-    def _ensure_counts(self) -> None:
-        """The version counter exists before any writer takes a version; a database written
-        before the counts existed gets them once, by the recount of every user a writer would
-        take, so the fill is exact beside live writers and when two processes open it at once.
-        ``filled`` is set only after the fill: a fill killed midway is done again."""
-        self._insert_absent(self._meta, [{"_id": "edge_counts", "v": 0}])
-        if self._meta.find_one({"_id": "edge_counts", "filled": True}) is None:
-            self._recount(set(self.users()))
-            self._meta.update_one({"_id": "edge_counts"}, {"$set": {"filled": True}})
-
-    def _recount(self, users: set[str]) -> None:
-        """Steps (2) to (4) of the module docstring, for ``users`` in chunks of
-        ``RECOUNT_CHUNK`` (a removal of a user with a million neighbours, or the fill of a
-        large database, would otherwise be one command past MongoDB's 16 MB); each chunk takes
-        a version of its own, after every edge write of the batch, as the argument needs."""
-        wanted = sorted(users)
-        for start in range(0, len(wanted), RECOUNT_CHUNK):
-            self._recount_chunk(wanted[start : start + RECOUNT_CHUNK])
-
-    def _recount_chunk(self, wanted: list[str]) -> None:
-        counter = self._meta.find_one_and_update(
-            {"_id": "edge_counts"}, {"$inc": {"v": 1}}, return_document=ReturnDocument.AFTER
-        )
-        assert counter is not None, "created when the store is opened (_ensure_counts)"
-        version = counter["v"]
-        following_key = "_t" if self._mode == "index" else "_f"
-        followers = self._active_edges(self._followers, "_f", wanted)
-        following = self._active_edges(self._following, following_key, wanted)
-        counts = [
-            {"_id": u, "c": {"v": version, "fr": followers.get(u, 0), "fg": following.get(u, 0)}}
-            for u in wanted
-        ]
-        self._write_documents(self._counts, counts, lambda d: {"$max": {"c": d["c"]}})
-
-    @staticmethod
-    def _active_edges(collection: Collection[Any], key: str, users: list[str]) -> dict[str, int]:
-        pipeline: list[dict[str, Any]] = [
-            {"$match": {key: {"$in": users}, "a": True}},
-            {"$group": {"_id": f"${key}", "n": {"$sum": 1}}},
-        ]
-        return {d["_id"]: d["n"] for d in collection.aggregate(pipeline)}
 
     def _removed(self, users: set[str]) -> dict[str, int]:
         # A user document can exist without a removal: celebrities are recorded there too.
@@ -257,7 +201,6 @@ class MongoEdgeStore(StoreQueries):
         }
         for (follower, followee), pos in late.items():
             self._switch_off({"_f": followee, "_t": follower}, pos)
-        self._recount({u for c in live for u in c.edge})
         return [c for c in live if c.edge not in late]
 
     def _switch_off(self, edge: dict[str, str], pos: int) -> None:
@@ -298,7 +241,6 @@ class MongoEdgeStore(StoreQueries):
             following = [d["_f"] for d in found]
         else:
             following = [d["_t"] for d in self._following.find({"_f": user, **off}, {"_t": 1})]
-        self._recount({user, *followers, *following})
         return RemovedUser(tuple(followers), tuple(following))
 
     def snapshot(self, ref: ListRef) -> Snapshot:
@@ -348,11 +290,8 @@ class MongoEdgeStore(StoreQueries):
         return self._page(self._following, "_f", "_t", user, group, after, limit)
 
     def counts(self, user: str) -> EdgeCounts:
-        """One ``_id`` lookup in the kept counts (see the module's docstring)."""
-        doc = self._counts.find_one({"_id": user}, {"c": 1})
-        if doc is None or "c" not in doc:
-            return EdgeCounts(0, 0)
-        return EdgeCounts(doc["c"]["fr"], doc["c"]["fg"])
+        """Counted on the covered index of active edges (see the module's docstring)."""
+        return self.recounted(user)
 
     def recounted(self, user: str) -> EdgeCounts:
         following_key = "_t" if self._mode == "index" else "_f"
