@@ -18,13 +18,14 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.events import Event, FanoutTask, Follow, Post, Unfollow, UserRemoved
+from schemas.events import Event, FanoutTask, Follow, Post, PostDeleted, Unfollow, UserRemoved
 from schemas.ids import ID_PATTERN, ID_RULE
 
-AnyEvent = Follow | Unfollow | Post | UserRemoved | FanoutTask
+AnyEvent = Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(Event)
 MAX_MESSAGE_BYTES = 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
+EVENT_TAGS = ("follow", "unfollow", "post", "post_deleted", "user_removed", "fanout_task")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ def _describe(exc: ValidationError) -> EventDecodeError:
     err = exc.errors(include_url=False, include_input=False)[0]
     loc = [str(part) for part in err["loc"]]
     # Union errors carry the chosen tag as the first location element; it is not a field.
-    if len(loc) > 1 and loc[0] in ("follow", "unfollow", "post", "user_removed", "fanout_task"):
+    if len(loc) > 1 and loc[0] in EVENT_TAGS:
         loc = loc[1:]
     field = ".".join(loc)
     kind = err["type"]
@@ -50,7 +51,8 @@ def _describe(exc: ValidationError) -> EventDecodeError:
         return EventDecodeError(f"must be {ID_RULE}", field)
     if kind == "union_tag_invalid":
         return EventDecodeError(
-            "unknown event type; expected follow, unfollow, post or user_removed", "type"
+            "unknown event type; expected follow, unfollow, post, post_deleted or user_removed",
+            "type",
         )
     if kind == "union_tag_not_found":
         return EventDecodeError("missing event type", "type")

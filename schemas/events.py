@@ -1,4 +1,4 @@
-"""The four event types and their envelope.
+"""The five event types apps publish, the internal chunk task, and their envelope.
 
 One pydantic model per type, joined by a discriminated union on ``type`` so decoding picks the
 model from the payload in Rust without trying each model in turn. Unknown fields are rejected:
@@ -101,6 +101,16 @@ class Post(_Event):
     text: Text | None = None
 
 
+class PostDeleted(_Event):
+    """The author's post is gone for good: from every timeline, author page and celebrity merge,
+    whichever of the two events arrives first, and a ``post`` with the same id later stays
+    deleted. Keyed and routed as a post is."""
+
+    type: Literal["post_deleted"]
+    author: Id
+    post_id: Id
+
+
 class UserRemoved(_Event):
     type: Literal["user_removed"]
     user: Id
@@ -118,12 +128,15 @@ class FanoutTask(_Event):
     followers: Annotated[list[Id], Field(max_length=MAX_CHUNK)]
 
 
-Event = Annotated[Follow | Unfollow | Post | UserRemoved | FanoutTask, Field(discriminator="type")]
+Event = Annotated[
+    Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask, Field(discriminator="type")
+]
 GraphEvent = Follow | Unfollow | UserRemoved
 EVENT_TYPES: dict[str, type[_Event]] = {
     "follow": Follow,
     "unfollow": Unfollow,
     "post": Post,
+    "post_deleted": PostDeleted,
     "user_removed": UserRemoved,
 }
 
@@ -134,11 +147,14 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "follow": ("followee",),
     "unfollow": ("followee",),
     "post": ("author",),
+    "post_deleted": ("author",),
     "user_removed": ("user",),
     "fanout_task": ("author", "post_id", "chunk"),
 }
 
 
-def partition_key(event: Follow | Unfollow | Post | UserRemoved | FanoutTask) -> str:
+def partition_key(
+    event: Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask,
+) -> str:
     """Kafka key: every mutation of one follower list must be ordered within one partition."""
     return "/".join(str(getattr(event, name)) for name in KEY_FIELDS[event.type])

@@ -1,7 +1,8 @@
 """Topic names are part of the wire contract shared by producers and consumers, and so is which
 event types each topic carries.
 
-Apps write ``PREFIX.graph`` (follow, unfollow, user_removed) and ``PREFIX.posts`` (post) only.
+Apps write ``PREFIX.graph`` (follow, unfollow, user_removed) and ``PREFIX.posts`` (post,
+post_deleted) only.
 ``PREFIX.fanout-tasks`` is internal: the fan-out consumer writes chunk tasks there and trusts
 them (a task names the followers to deliver to), so a task is accepted from that topic alone —
 a ``fanout_task`` found on the posts topic is dead-lettered, never applied. ``PREFIX.dlq`` is
@@ -16,10 +17,10 @@ from typing import get_args
 from pydantic import BaseModel
 
 from schemas.codec import AnyEvent, EventDecodeError
-from schemas.events import FanoutTask, Follow, Post, Unfollow, UserRemoved
+from schemas.events import FanoutTask, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
 GRAPH_TYPES: tuple[type[BaseModel], ...] = (Follow, Unfollow, UserRemoved)
-POST_TYPES: tuple[type[BaseModel], ...] = (Post,)
+POST_TYPES: tuple[type[BaseModel], ...] = (Post, PostDeleted)
 TASK_TYPES: tuple[type[BaseModel], ...] = (FanoutTask,)
 APP_TYPES: tuple[type[BaseModel], ...] = GRAPH_TYPES + POST_TYPES  # what apps may publish
 INTERNAL_TYPES: tuple[type[BaseModel], ...] = TASK_TYPES  # published by the consumers only
@@ -52,8 +53,10 @@ class Topics:
         """The event classes each consumed topic admits; a topic not listed admits none."""
         return {self.graph: GRAPH_TYPES, self.posts: POST_TYPES, self.fanout_tasks: TASK_TYPES}
 
-    def for_event(self, event: Follow | Unfollow | Post | UserRemoved | FanoutTask) -> str:
-        if isinstance(event, Post):
+    def for_event(
+        self, event: Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask
+    ) -> str:
+        if isinstance(event, Post | PostDeleted):
             return self.posts
         if isinstance(event, FanoutTask):
             return self.fanout_tasks

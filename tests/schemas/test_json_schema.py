@@ -190,5 +190,5 @@ def test_checked_in_schemas_match_the_models() -> None:
 def test_event_schema_takes_exactly_the_app_types() -> None:
     variants = EVENT_SCHEMA.schema["oneOf"]
     names = {v["$ref"].rsplit("/", 1)[1] for v in variants}
-    assert names == {"follow", "unfollow", "post", "user_removed"}
+    assert names == {"follow", "unfollow", "post", "post_deleted", "user_removed"}
     assert len(variants) == len(APP_TYPES)
