@@ -68,6 +68,22 @@ class PostKey(NamedTuple):
     post_id: str
 
 
+class PostRef(NamedTuple):
+    """One post by name: a post id is unique only per author."""
+
+    author: str
+    post_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBodies:
+    """What the store holds for some posts: the live ones' texts (None: a post without text)
+    and the deleted ones. A post in neither was never stored nor deleted."""
+
+    texts: dict[PostRef, str | None]
+    deleted: set[PostRef]
+
+
 def newest_first(posts: Iterable[PostRecord], limit: int) -> list[PostRecord]:
     """One total order for posts everywhere: time, then author and id to break ties."""
     return sorted(posts, key=lambda p: (p.ts, p.author, p.post_id), reverse=True)[:limit]
@@ -166,9 +182,24 @@ class EdgeStore(Protocol):
         ...
 
     def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
-        """Idempotent: storing a post again changes nothing. Returns each post's stored time
-        by ``(author, post_id)``: the first one stored wins, so a post published twice with a
-        new ``ts`` is still one timeline entry."""
+        """Idempotent: storing a post again changes nothing. Returns each live post's stored
+        time by ``(author, post_id)``: the first one stored wins, so a post published twice
+        with a new ``ts`` is still one timeline entry. A deleted post is absent from the
+        answer and stays deleted (``delete_posts``)."""
+        ...
+
+    def delete_posts(self, posts: Sequence[PostRef]) -> None:
+        """Permanent and idempotent: each post becomes a tombstone (its text is dropped), in
+        no page or recent-posts answer from then on, and a ``store_posts`` of it later (a
+        retry, a replay) stores nothing. Deleting a post not stored yet records the
+        tombstone first. Each post's tombstone is one atomic write that a concurrent
+        ``store_posts`` of it either precedes (and is overwritten) or follows (and is
+        refused)."""
+        ...
+
+    def post_bodies(self, posts: Collection[PostRef]) -> StoredBodies:
+        """The texts of the live ones among ``posts`` and which are deleted: one query per few
+        hundred posts, what a page's texts are filled from."""
         ...
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:

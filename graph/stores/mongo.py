@@ -45,8 +45,10 @@ from graph.model.edges import (
     EdgeState,
     PostKey,
     PostRecord,
+    PostRef,
     RemovedUser,
     Snapshot,
+    StoredBodies,
     known,
     newest_first,
     prepare,
@@ -56,6 +58,7 @@ from graph.stores.queries import StoreQueries
 
 DUPLICATE_KEY = 11000
 FollowingMode = Literal["index", "collection"]
+LIVE: dict[str, Any] = {"del": {"$exists": False}}  # posts not deleted (``delete_posts``)
 Doc = Mapping[str, Any]
 
 
@@ -327,7 +330,7 @@ class MongoEdgeStore(StoreQueries):
         active = holders(self._followers, "_f", {"a": True})
         active |= holders(self._following, following_key, {"a": True})
         seen = holders(self._followers, "_f", {}) | holders(self._following, following_key, {})
-        seen |= holders(self._posts, "a", {})
+        seen |= holders(self._posts, "a", LIVE)
         removed = holders(self._users, "_id", {"removed": {"$exists": True}})
         return known(active, seen, removed)
 
@@ -342,17 +345,45 @@ class MongoEdgeStore(StoreQueries):
             }
             for p in posts
         ]
-        self._insert_absent(self._posts, new)  # a post stored before is a duplicate: kept
+        # A post stored before, or deleted before, is a duplicate: kept as it is.
+        self._insert_absent(self._posts, new)
         ids = [f"{p.author}/{p.post_id}" for p in posts]
-        docs = self._posts.find({"_id": {"$in": ids}}, {"a": 1, "i": 1, "ts": 1})
+        docs = self._posts.find({"_id": {"$in": ids}, **LIVE}, {"a": 1, "i": 1, "ts": 1})
         return {(d["a"], d["i"]): d["ts"] for d in docs}
+
+    def delete_posts(self, posts: Sequence[PostRef]) -> None:
+        """A post's document becomes its tombstone in one single-document write: inserted as
+        one when absent (so a later ``store_posts`` insert is refused as a duplicate), else
+        marked ``del`` with its time and text removed (a concurrent insert either came first
+        and is overwritten here, or comes after and is refused). Without ``ts`` a tombstone
+        sorts after every post in the (a, ts, i) index, so newest-first reads never step over
+        it."""
+        self._write_documents(
+            self._posts,
+            [
+                {"_id": f"{p.author}/{p.post_id}", "a": p.author, "i": p.post_id, "del": True}
+                for p in posts
+            ],
+            lambda _: {"$set": {"del": True}, "$unset": {"ts": "", "text": ""}},
+        )
+
+    def post_bodies(self, posts: Iterable[PostRef]) -> StoredBodies:
+        ids = sorted({f"{p.author}/{p.post_id}" for p in posts})
+        texts: dict[PostRef, str | None] = {}
+        deleted: set[PostRef] = set()
+        for d in self._posts.find({"_id": {"$in": ids}}, {"a": 1, "i": 1, "text": 1, "del": 1}):
+            if d.get("del"):
+                deleted.add(PostRef(d["a"], d["i"]))
+            else:
+                texts[PostRef(d["a"], d["i"])] = d.get("text")
+        return StoredBodies(texts, deleted)
 
     def recent_posts(self, authors: Iterable[str], limit: int) -> list[PostRecord]:
         wanted = sorted(authors)
         if not wanted or limit <= 0:
             return []
         cursor = (
-            self._posts.find({"a": {"$in": wanted}}, {"a": 1, "i": 1, "ts": 1, "text": 1})
+            self._posts.find({"a": {"$in": wanted}, **LIVE}, {"a": 1, "i": 1, "ts": 1, "text": 1})
             .sort([("ts", DESCENDING), ("a", DESCENDING), ("i", DESCENDING)])
             .limit(limit)
         )
@@ -365,7 +396,7 @@ class MongoEdgeStore(StoreQueries):
     ) -> list[PostRecord]:
         if limit < 1:  # pymongo reads 0 as "no limit" and a negative one as one batch
             return []
-        query: dict[str, Any] = {"a": author}
+        query: dict[str, Any] = {"a": author, **LIVE}
         if before is not None:
             query["$or"] = [
                 {"ts": {"$lt": before.ts}},

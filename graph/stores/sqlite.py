@@ -30,8 +30,10 @@ from graph.model.edges import (
     EdgeState,
     PostKey,
     PostRecord,
+    PostRef,
     RemovedUser,
     Snapshot,
+    StoredBodies,
     known,
     newest_first,
     prepare,
@@ -63,6 +65,11 @@ CREATE TABLE IF NOT EXISTS posts (
     PRIMARY KEY (author, post_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS posts_recent ON posts (author, ts);
+CREATE TABLE IF NOT EXISTS deleted_posts (
+    author TEXT NOT NULL,
+    post_id TEXT NOT NULL,
+    PRIMARY KEY (author, post_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS celebrities (id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 
@@ -328,7 +335,9 @@ class SqliteEdgeStore(StoreQueries):
         with self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
-                "INSERT OR IGNORE INTO posts (author, post_id, ts, text) VALUES (?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO posts (author, post_id, ts, text) SELECT ?1, ?2, ?3, ?4"
+                " WHERE NOT EXISTS"
+                " (SELECT 1 FROM deleted_posts WHERE author = ?1 AND post_id = ?2)",
                 [(p.author, p.post_id, p.ts, p.text) for p in posts],
             )
         rows = self._joined(
@@ -337,6 +346,37 @@ class SqliteEdgeStore(StoreQueries):
             [(p.author, p.post_id) for p in posts],
         )
         return {(a, i): ts for a, i, ts in rows}
+
+    def delete_posts(self, posts: Sequence[PostRef]) -> None:
+        """The tombstone and the row's removal in one transaction; ``store_posts`` inserts
+        only where no tombstone is (same transaction), so either order of the two leaves the
+        post deleted."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR IGNORE INTO deleted_posts (author, post_id) VALUES (?, ?)", posts
+            )
+            self._db.executemany("DELETE FROM posts WHERE author = ? AND post_id = ?", posts)
+
+    def post_bodies(self, posts: Collection[PostRef]) -> StoredBodies:
+        wanted = sorted(set(posts))
+        texts = {
+            PostRef(a, i): text
+            for a, i, text in self._joined(
+                "SELECT p.author, p.post_id, p.text",
+                "posts AS p ON p.author = v.column1 AND p.post_id = v.column2",
+                wanted,
+            )
+        }
+        deleted = {
+            PostRef(a, i)
+            for a, i in self._joined(
+                "SELECT d.author, d.post_id",
+                "deleted_posts AS d ON d.author = v.column1 AND d.post_id = v.column2",
+                wanted,
+            )
+        }
+        return StoredBodies(texts, deleted)
 
     def recent_posts(self, authors: Collection[str], limit: int) -> list[PostRecord]:
         found: list[PostRecord] = []

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import NoReturn
 
-from graph.model.edges import EdgeChange, PostKey, PostRecord
+from graph.model.edges import EdgeChange, PostKey, PostRecord, PostRef
 from graph.model.keys import ListRef
 from graph.timelines.fetch import Remembered
 from graph.timelines.page_memo import PageKey, PageMemo
@@ -168,6 +168,12 @@ class OfflineStore:
 
     def store_posts(self, posts: Sequence[PostRecord]) -> NoReturn:
         raise NotWarm("edge store: store_posts")
+
+    def delete_posts(self, posts: Sequence[PostRef]) -> NoReturn:
+        raise NotWarm("edge store: delete_posts")
+
+    def post_bodies(self, posts: Collection[PostRef]) -> NoReturn:
+        raise NotWarm("edge store: post_bodies")
 
     def recent_posts(self, authors: Collection[str], limit: int) -> NoReturn:
         raise NotWarm("edge store: recent_posts")

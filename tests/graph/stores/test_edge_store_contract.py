@@ -17,7 +17,9 @@ from graph.model.edges import (
     EdgeStore,
     PostKey,
     PostRecord,
+    PostRef,
     Snapshot,
+    StoredBodies,
 )
 from graph.model.keys import ListKind, ListRef
 from graph.stores.mongo import MongoEdgeStore
@@ -287,6 +289,96 @@ def test_store_posts_answers_the_first_stored_time(edge_store: EdgeStore) -> Non
         PostRecord("a", "p2", 7, None),
     ]
     assert edge_store.store_posts([]) == {}
+
+
+def test_a_deleted_post_is_gone_for_good_whichever_event_came_first(
+    edge_store: EdgeStore,
+) -> None:
+    """Stored then deleted, or deleted before it was ever stored: no answer names it again,
+    and storing it again (a retry, a replay) stores nothing. Other posts are untouched."""
+    edge_store.store_posts([PostRecord("a", "p1", 100, "one"), PostRecord("a", "p2", 200, "two")])
+    edge_store.delete_posts([PostRef("a", "p1"), PostRef("a", "p3")])  # p3: not stored yet
+    edge_store.delete_posts([PostRef("a", "p1")])  # redelivered: no change
+    again = [PostRecord("a", "p1", 100, "one"), PostRecord("a", "p3", 300, "three")]
+    assert edge_store.store_posts(again) == {}
+    assert edge_store.recent_posts({"a"}, 10) == [PostRecord("a", "p2", 200, "two")]
+    assert edge_store.author_posts("a", 10) == [PostRecord("a", "p2", 200, "two")]
+    assert edge_store.author_posts("a", 10, PostKey(250, "p")) == [
+        PostRecord("a", "p2", 200, "two")
+    ]
+    refs = [PostRef("a", p) for p in ("p1", "p2", "p3", "p4")]
+    assert edge_store.post_bodies(refs) == StoredBodies(
+        {PostRef("a", "p2"): "two"}, {PostRef("a", "p1"), PostRef("a", "p3")}
+    )
+
+
+RACE_POSTS = 1200
+
+
+def race_posts_against_deletes(open_store: Callable[[], EdgeStore]) -> StoredBodies:
+    """Two stores on the same data (two connections, as a live consumer and a replay have),
+    two threads: one stores posts, the other deletes the same posts, batch by batch, released
+    together by a barrier; each batch in its own order. Returns what the store holds then."""
+    open_store().close()
+    barrier = threading.Barrier(2, timeout=60)
+    errors: list[BaseException] = []
+    refs = [PostRef(f"a{i % 7}", f"p{i}") for i in range(RACE_POSTS)]
+    batches = [refs[start : start + RACE_BATCH] for start in range(0, RACE_POSTS, RACE_BATCH)]
+
+    def run(work: Callable[[EdgeStore, list[PostRef]], None], seed: int) -> None:
+        store = open_store()
+        shuffle = random.Random(seed).shuffle
+        try:
+            for batch in batches:
+                mine = list(batch)
+                shuffle(mine)
+                barrier.wait()
+                work(store, mine)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            store.close()
+
+    def stores(store: EdgeStore, batch: list[PostRef]) -> None:
+        store.store_posts([PostRecord(r.author, r.post_id, 7, "text") for r in batch])
+
+    def deletes(store: EdgeStore, batch: list[PostRef]) -> None:
+        store.delete_posts(batch)
+
+    threads = [
+        threading.Thread(target=run, args=(work, seed))
+        for seed, work in enumerate((stores, deletes))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    check = open_store()
+    try:
+        assert check.recent_posts({f"a{i}" for i in range(7)}, RACE_POSTS) == []
+        return check.post_bodies(refs)
+    finally:
+        check.close()
+
+
+def test_sqlite_keeps_a_post_deleted_whichever_of_store_and_delete_commits_first(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "edges.db"
+    found = race_posts_against_deletes(lambda: SqliteEdgeStore(path))
+    assert found.texts == {} and len(found.deleted) == RACE_POSTS
+
+
+@pytest.mark.parametrize("mode", ["collection", "index"])
+def test_mongo_keeps_a_post_deleted_whichever_of_store_and_delete_writes_first(
+    mode: Any, ferretdb: MongoServer
+) -> None:
+    name = f"race_posts_{mode}"
+    found = race_posts_against_deletes(lambda: MongoEdgeStore(ferretdb.client()[name], mode))
+    assert found.texts == {} and len(found.deleted) == RACE_POSTS
 
 
 # -- removals racing follows ---------------------------------------------------------------
