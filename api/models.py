@@ -8,30 +8,26 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
-class TimelinePost(BaseModel):
-    post_id: str
-    author: str
-    ts: int = Field(description="milliseconds since the epoch (the time the store kept)")
+class PagePost(BaseModel):
+    """A post as every page gives it; a deleted post is in no page."""
 
-
-class TimelinePage(BaseModel):
-    user: str
-    posts: list[TimelinePost] = Field(description="newest first")
-    next: str | None = Field(
-        description="opaque cursor naming the last entry shown; null at the end"
-    )
-
-
-class AuthorPost(BaseModel):
     post_id: str
     author: str
     ts: int = Field(description="milliseconds since the epoch (the time the store kept)")
     text: str | None = Field(description="the post's text; null for a post published without")
 
 
+class TimelinePage(BaseModel):
+    user: str
+    posts: list[PagePost] = Field(description="newest first")
+    next: str | None = Field(
+        description="opaque cursor naming the last entry shown; null at the end"
+    )
+
+
 class AuthorPage(BaseModel):
     user: str
-    posts: list[AuthorPost] = Field(description="the author's posts, newest first")
+    posts: list[PagePost] = Field(description="the author's posts, newest first")
     next: str | None = Field(
         description="opaque cursor naming the last post shown; null at the end"
     )
@@ -99,9 +95,8 @@ class ProblemBody(BaseModel):
 
 
 MODELS: tuple[type[BaseModel], ...] = (
-    TimelinePost,
+    PagePost,
     TimelinePage,
-    AuthorPost,
     AuthorPage,
     MemberPage,
     FollowingAnswer,

@@ -13,6 +13,11 @@ in its group. Three paths by follower count:
 - more than ``celebrity_threshold`` followers: not fanned out at all; the author is recorded as a
   celebrity (durably, before the commit), its cached recent posts are rewritten, and readers
   merge those at read time.
+
+A ``post_deleted`` is applied before the batch's posts: the store's tombstone (permanent), then
+the post's body item set to deleted (graph/timelines/post_bodies.py: every page reads through
+it, so no timeline is touched), then a celebrity author's cached recent posts rewritten from the
+store. A post of the same batch, or any later one, with a deleted id is not delivered.
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ from consumers.pulse import Pulse, no_pulse
 from graph import EdgeStore, ListKind, ListRef, ListStore
 from graph.lists.capped import CappedListStore
 from graph.lists.tokens import token
-from graph.model.edges import PostRecord
+from graph.model.edges import PostRecord, PostRef
 from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.post_bodies import PostBodies
 from graph.timelines.reader import TimelineEntry
 from producers import InternalPublisher, PublishError
-from schemas import FanoutTask, Post
+from schemas import FanoutTask, Post, PostDeleted
 
-FANOUT_EVENTS = (Post, FanoutTask)
+FANOUT_EVENTS = (Post, PostDeleted, FanoutTask)
 # Steps between pulses, each a fraction of a second at the measured rates (docs/performance.md).
 AUTHORS_PER_READ = 250  # follower lists per multi-GET (each up to chunk_size members)
 APPENDS_PER_WAVE = 50_000  # timeline appends per pipelined wave
@@ -47,6 +53,7 @@ class FanoutStats:
     skipped: int = 0  # deliveries to timelines not in the cache: regenerated on their next read
     chunks_published: int = 0
     celebrity_posts: int = 0
+    deleted: int = 0
     latencies_ms: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
 
 
@@ -62,6 +69,7 @@ class FanoutApplier:
         chunk_size: int,
         celebrity_threshold: int,
         celebrity_posts: CelebrityPosts,
+        bodies: PostBodies,
     ) -> None:
         self.store = store
         self.follow_lists = follow_lists
@@ -70,26 +78,31 @@ class FanoutApplier:
         self.chunk_size = chunk_size
         self.celebrity_threshold = celebrity_threshold
         self.celebrity_posts = celebrity_posts
+        self.bodies = bodies
         self.stats = FanoutStats()
 
     def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
         posts: list[PostRecord] = []
         chunks: list[FanoutTask] = []
+        deletions: list[PostRef] = []
         for item in batch:
             event = item.event
             if isinstance(event, Post):
                 ts = item.pos >> OFFSET_BITS  # the envelope ts, or the broker's stand-in
                 posts.append(PostRecord(event.author, event.post_id, ts, event.text))
+            elif isinstance(event, PostDeleted):
+                deletions.append(PostRef(event.author, event.post_id))
             elif isinstance(event, FanoutTask):
                 chunks.append(event)
+        if deletions:
+            self._delete(deletions)
+            pulse()
         if posts:
             # The stored time is the post's time: a post published twice with a new ``ts`` is
-            # delivered as the same timeline entry as the first time.
-            stored = self.store.store_posts(posts)
-            posts = [
-                PostRecord(p.author, p.post_id, stored.get((p.author, p.post_id), p.ts), p.text)
-                for p in posts
-            ]
+            # delivered as the same timeline entry as the first time. A deleted post is not in
+            # the answer, and is not delivered.
+            stored = self.bodies.store(posts)
+            posts = [stored[ref] for p in posts if (ref := PostRef(p.author, p.post_id)) in stored]
             pulse()
         deliveries: list[Delivery] = []
         delivered_posts: list[int] = []
@@ -120,6 +133,15 @@ class FanoutApplier:
         self.stats.deliveries += self.timelines.stats.appends - appended
         self.stats.skipped += self.timelines.stats.skipped_absent - skipped
         self._account(posts, delivered_posts)
+
+    def _delete(self, posts: list[PostRef]) -> None:
+        """Tombstones, then body items, then celebrities' cached posts: each step after the
+        one it depends on, each idempotent, so a retried batch repeats them all."""
+        self.store.delete_posts(posts)
+        self.bodies.delete(posts)
+        celebrities = {p.author for p in posts} & self.store.celebrities()
+        self.celebrity_posts.refresh(celebrities)
+        self.stats.deleted += len(posts)
 
     def _followers(
         self, posts: list[PostRecord], pulse: Pulse

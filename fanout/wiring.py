@@ -18,6 +18,7 @@ from graph.lists.token_lists import ListStats
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.fetch import ReadMemory
 from graph.timelines.page_memo import PageMemo
+from graph.timelines.post_bodies import PostBodies
 from graph.timelines.reader import TimelineReader, TimelineSource
 from graph.timelines.warm_reads import OfflineStore, ReplayCache, WarmReads
 from memcache import Cache, MemcacheCluster
@@ -163,6 +164,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
         settings.chunk_size,
         settings.celebrity_threshold,
         celebrity_posts(settings, store, timelines),
+        PostBodies(timelines.cache, store, timelines.keys),
     )
 
 

@@ -24,6 +24,7 @@ import sqlite3
 from pymongo import errors as mongo
 
 from graph.lists.token_lists import ListWriteError
+from graph.timelines.post_bodies import BodyWriteError
 from memcache import CacheUnavailable
 
 
@@ -72,7 +73,7 @@ _MONGO_TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
 
 def classify(exc: BaseException) -> Failure:
     """The meaning of ``exc`` for the batch being applied (see the module docstring)."""
-    if isinstance(exc, CacheUnavailable | ListWriteError):
+    if isinstance(exc, CacheUnavailable | ListWriteError | BodyWriteError):
         return Failure.TRANSIENT
     if isinstance(exc, sqlite3.Error):
         return _sqlite(exc)

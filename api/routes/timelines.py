@@ -33,8 +33,7 @@ def read_page(backends: Backends, user: str, limit: int, cursor: str | None) -> 
 
 
 def rendered(page: TimelinePage) -> bytes:
-    posts = [{"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in page.entries]
-    return dumps({"user": page.user, "posts": posts, "next": page.next})
+    return dumps(page.body())
 
 
 async def timeline(request: Request) -> Response:

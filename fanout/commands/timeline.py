@@ -31,14 +31,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         page = wiring.timeline_reader(settings, store).page(user, args.limit, args.before)
     except BadCursor as exc:
         raise SystemExit(f"--before: {exc}") from None
-    entries, cursor = page.entries, page.next
     if args.json:
-        posts = [{"post_id": e.post_id, "author": e.author, "ts": e.ts} for e in entries]
-        body = {"user": user, "posts": posts, "next": cursor}
-        sys.stdout.write(orjson.dumps(body).decode() + "\n")
+        sys.stdout.write(orjson.dumps(page.body()).decode() + "\n")
     else:
-        for e in entries:
-            print(f"{e.ts}  {e.author:<20} {e.post_id}")
-        if cursor is not None:
-            print(f"next page: --before {cursor}")
+        for e, text in zip(page.entries, page.texts, strict=True):
+            print(f"{e.ts}  {e.author:<20} {e.post_id}  {text or ''}")
+        if page.next is not None:
+            print(f"next page: --before {page.next}")
     return 0

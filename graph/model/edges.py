@@ -181,11 +181,11 @@ class EdgeStore(Protocol):
         (404) from a known one with nothing yet (an empty list) at the read API."""
         ...
 
-    def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
-        """Idempotent: storing a post again changes nothing. Returns each live post's stored
-        time by ``(author, post_id)``: the first one stored wins, so a post published twice
-        with a new ``ts`` is still one timeline entry. A deleted post is absent from the
-        answer and stays deleted (``delete_posts``)."""
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
+        """Idempotent: storing a post again changes nothing. Returns each live post as stored:
+        the first one stored wins (time and text), so a post published twice with a new
+        ``ts`` is still one timeline entry. A deleted post is absent from the answer and stays
+        deleted (``delete_posts``)."""
         ...
 
     def delete_posts(self, posts: Sequence[PostRef]) -> None:

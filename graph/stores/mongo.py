@@ -334,7 +334,7 @@ class MongoEdgeStore(StoreQueries):
         removed = holders(self._users, "_id", {"removed": {"$exists": True}})
         return known(active, seen, removed)
 
-    def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
         new: list[dict[str, Any]] = [
             {
                 "_id": f"{p.author}/{p.post_id}",
@@ -348,8 +348,12 @@ class MongoEdgeStore(StoreQueries):
         # A post stored before, or deleted before, is a duplicate: kept as it is.
         self._insert_absent(self._posts, new)
         ids = [f"{p.author}/{p.post_id}" for p in posts]
-        docs = self._posts.find({"_id": {"$in": ids}, **LIVE}, {"a": 1, "i": 1, "ts": 1})
-        return {(d["a"], d["i"]): d["ts"] for d in docs}
+        fields = {"a": 1, "i": 1, "ts": 1, "text": 1}
+        docs = self._posts.find({"_id": {"$in": ids}, **LIVE}, fields)
+        return {
+            PostRef(d["a"], d["i"]): PostRecord(d["a"], d["i"], d["ts"], d.get("text"))
+            for d in docs
+        }
 
     def delete_posts(self, posts: Sequence[PostRef]) -> None:
         """A post's document becomes its tombstone in one single-document write: inserted as

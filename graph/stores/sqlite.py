@@ -331,7 +331,7 @@ class SqliteEdgeStore(StoreQueries):
                     removed.add(user)
         return known(active, seen, removed)
 
-    def store_posts(self, posts: Sequence[PostRecord]) -> dict[tuple[str, str], int]:
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
         with self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
@@ -341,11 +341,11 @@ class SqliteEdgeStore(StoreQueries):
                 [(p.author, p.post_id, p.ts, p.text) for p in posts],
             )
         rows = self._joined(
-            "SELECT p.author, p.post_id, p.ts",
+            "SELECT p.author, p.post_id, p.ts, p.text",
             "posts AS p ON p.author = v.column1 AND p.post_id = v.column2",
             [(p.author, p.post_id) for p in posts],
         )
-        return {(a, i): ts for a, i, ts in rows}
+        return {PostRef(a, i): PostRecord(a, i, ts, text) for a, i, ts, text in rows}
 
     def delete_posts(self, posts: Sequence[PostRef]) -> None:
         """The tombstone and the row's removal in one transaction; ``store_posts`` inserts

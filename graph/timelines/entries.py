@@ -38,6 +38,11 @@ class TimelineEntry(NamedTuple):
     def member(self) -> str:
         return f"{self.ts:013d}!{self.author}!{self.post_id}"
 
+    @property
+    def post(self) -> str:
+        """The post's name, ``{author}!{post_id}`` (graph/timelines/post_bodies.py)."""
+        return f"{self.author}!{self.post_id}"
+
     @classmethod
     def parse(cls, member: str) -> TimelineEntry:
         ts, author, post_id = member.split("!")

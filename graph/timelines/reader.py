@@ -28,7 +28,8 @@ from graph.model.keys import ListKind, ListRef
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.entries import BadCursor, TimelineEntry
 from graph.timelines.fetch import Fetched, ReadMemory, TimelineFetch
-from graph.timelines.view import visible_page
+from graph.timelines.post_bodies import PostBodies, post_name
+from graph.timelines.view import followed_posts, visible_page
 
 __all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
 
@@ -44,14 +45,24 @@ class TimelinePage:
     # How many users the reader followed in the following list the page was read through. Not
     # 0 means the user is known (has an edge), so an empty page is a known user's empty page.
     following: int
+    texts: list[str | None]  # each entry's post text (graph/timelines/post_bodies.py)
+
+    def body(self) -> dict[str, object]:
+        """The page as the API and ``fanout timeline --json`` give it."""
+        posts = [
+            {"post_id": e.post_id, "author": e.author, "ts": e.ts, "text": text}
+            for e, text in zip(self.entries, self.texts, strict=True)
+        ]
+        return {"user": self.user, "posts": posts, "next": self.next}
 
 
 class Walked(NamedTuple):
     """Entries walked from one read, with the size of the following list they were read
-    through (``TimelinePage.following``)."""
+    through (``TimelinePage.following``) and their texts."""
 
     entries: list[TimelineEntry]
     following: int
+    texts: list[str | None]
 
 
 class TimelineSource:
@@ -88,6 +99,7 @@ class TimelineReader:
             timelines.cache, store, timelines.keys, cap
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
+        self.bodies = PostBodies(timelines.cache, store, timelines.keys)
 
     def page(
         self, user: str, limit: int = 50, cursor: str | None = None, got: Fetched | None = None
@@ -103,11 +115,11 @@ class TimelineReader:
             walked = self.walked(user, limit + 1, before)
         else:
             member = None if before is None else before.member
-            walked = Walked(self._walk(user, got, limit + 1, member), len(got.following))
+            walked = self._shown(user, got, limit + 1, member)
         more = len(walked.entries) > limit
         entries = walked.entries[:limit]
         cursor_next = entries[-1].cursor if more and entries else None
-        return TimelinePage(user, entries, cursor_next, walked.following)
+        return TimelinePage(user, entries, cursor_next, walked.following, walked.texts[:limit])
 
     def read(
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
@@ -124,7 +136,7 @@ class TimelineReader:
         (docs/design/lists.md, "Broken lists"), and so are the posts items of the celebrities merged
         into it; found when a read walks the bad member."""
         if limit < 1:
-            return Walked([], 0)
+            return Walked([], 0, [])
         cursor = None if before is None else before.member
         try:
             return self._read(user, limit, cursor)
@@ -135,14 +147,46 @@ class TimelineReader:
     def _read(self, user: str, limit: int, cursor: str | None) -> Walked:
         got = self.fetcher.fetch(user)
         try:
-            return Walked(self._walk(user, got, limit, cursor), len(got.following))
+            return self._shown(user, got, limit, cursor)
         except (ValueError, IndexError):
             # The bad member may be in a celebrity's posts item as well as in the timeline:
             # those are rebuilt from the store by the read that ``read`` tries next.
             self.celebrity_posts.drop(got.celebrities)
             raise
 
-    def _walk(self, user: str, got: Fetched, limit: int, cursor: str | None) -> list[TimelineEntry]:
+    def _shown(self, user: str, got: Fetched, limit: int, cursor: str | None) -> Walked:
+        """The page walked through the posts that exist (graph/timelines/post_bodies.py): the
+        bodies of the entries a walk would show are read, and while some say deleted the walk
+        is done again without them. A page shorter than ``limit`` ends the view, which is
+        where the cap cuts: there the bodies of every post walked above it are read too, so
+        that deleted posts are not counted towards the cap (the view is the newest ``cap``
+        posts that exist)."""
+        gone: frozenset[str] = frozenset()
+        while True:
+            entries = self._walk(user, got, limit, cursor, gone)
+            names = [e.post for e in entries]
+            if len(entries) < limit:
+                down_to = entries[-1].member if entries else (cursor or "")
+                names = list(dict.fromkeys(names + self._walked_above(got, down_to)))
+            bodies = self.bodies.read(names, got.found)
+            if bodies.gone <= gone:
+                break
+            gone |= bodies.gone
+        if cursor is None:  # the next first page asks for these in its first multi-GET
+            self.fetcher.remember_bodies(user, self.bodies.keys([*names, *sorted(gone)]))
+        texts = [bodies.texts.get(e.post) for e in entries]
+        return Walked(entries, len(got.following), texts)
+
+    def _walked_above(self, got: Fetched, down_to: str) -> list[str]:
+        """Posts of authors followed at or above ``down_to``, among the delivered members and
+        the followed celebrities' recent posts."""
+        recent = self.celebrity_posts.posts(got.celebrities, got.found)
+        candidates = sorted(chain(got.delivered, *(r.members for r in recent)))
+        return followed_posts(candidates, got.following, down_to)
+
+    def _walk(
+        self, user: str, got: Fetched, limit: int, cursor: str | None, gone: frozenset[str]
+    ) -> list[TimelineEntry]:
         delivered = got.delivered
         delivered.sort()  # in item order it is nearly sorted already
         # Without a cursor, a page of ``limit`` usually needs no more than the newest
@@ -161,14 +205,14 @@ class TimelineReader:
             if recent:
                 candidates = sorted(chain(part, *(r.members for r in recent)))
             floor = max(cut, kept)
-            shown = visible_page(candidates, got.following, self._cap, limit, cursor, floor)
+            shown = visible_page(candidates, got.following, self._cap, limit, cursor, floor, gone)
             if shown is not None:
                 return shown
             if cut >= kept:
                 window = None  # read everything fetched, in full
                 continue
             kept = ""
-            if self.displaced(frozenset(delivered), got.following):
+            if self.displaced(frozenset(delivered), got.following, gone):
                 ref = ListRef(ListKind.TIMELINE, user)
                 self.timelines.invalidate([ref])
                 delivered = sorted(self.timelines.read(ref))
@@ -186,20 +230,24 @@ class TimelineReader:
         pushed out."""
         return ascending[-self._cap] if len(ascending) >= self._cap else ""
 
-    def displaced(self, delivered: frozenset[str], following: frozenset[str]) -> bool:
-        """A full timeline holding posts of authors no longer followed: a delivery that was in
-        flight during an unfollow (or a removal) landed after the regeneration, and trimming
-        to the cap may have pushed out older posts that the reader must see. Regenerate.
-        (Checked only when a page reaches below ``kept_from``: down to it, the entries of
-        authors followed are all there.)"""
+    def displaced(
+        self, delivered: frozenset[str], following: frozenset[str], gone: frozenset[str]
+    ) -> bool:
+        """A full timeline holding posts of authors no longer followed, or deleted posts: a
+        delivery that was in flight during an unfollow (or a removal) landed after the
+        regeneration, or posts were deleted, and trimming to the cap may have pushed out older
+        posts that the reader must see. Regenerate (from the store, which has no deleted
+        posts). (Checked only when a page reaches below ``kept_from``: down to it, the entries
+        of authors followed are all there.)"""
         return len(delivered) >= self._cap and any(
-            m.split("!")[1] not in following for m in delivered
+            m.split("!")[1] not in following or post_name(m) in gone for m in delivered
         )
 
     def view(self, delivered: Iterable[str], following: frozenset[str]) -> list[TimelineEntry]:
         """What a reader is shown of a cached timeline, in full: entries of authors followed
-        now, the celebrities' recent posts merged in, one entry per post, newest ``cap``
-        first (``fanout verify`` compares this with the store)."""
+        now, the celebrities' recent posts merged in, one entry per post that exists, newest
+        ``cap`` first (``fanout verify`` compares this with the store)."""
         recent = self.celebrity_posts.followed(following)
         candidates = sorted(chain(delivered, *(r.members for r in recent)))
-        return visible_page(candidates, following, self._cap, self._cap) or []
+        gone = frozenset(self.bodies.read(followed_posts(candidates, following, ""), {}).gone)
+        return visible_page(candidates, following, self._cap, self._cap, gone=gone) or []

@@ -37,16 +37,18 @@ def visible_page(
     limit: int,
     before: str | None = None,
     floor: str = "",
+    gone: frozenset[str] = frozenset(),
 ) -> list[TimelineEntry] | None:
     """A page, newest first: ``ascending`` holds the candidate members sorted (duplicates and
-    authors not followed included), ``before`` a cursor's member; None if the page reaches
-    below ``floor``.
+    authors not followed included), ``before`` a cursor's member, ``gone`` the posts known to
+    be deleted (``{author}!{post_id}``: skipped, not counted); None if the page reaches below
+    ``floor``.
 
     Every candidate walked counts towards ``cap`` (if it is shown) and is remembered for
     de-duplication, including those newer than ``before``: a page deep in the timeline shows
     exactly the part of the whole view below its cursor."""
     if before is None and limit <= cap:
-        newest = _unfiltered(ascending, following, limit, floor)
+        newest = _unfiltered(ascending, following, limit, floor, gone)
         if newest is not None:
             return newest
     low = bisect_left(ascending, floor) if floor else 0
@@ -58,7 +60,7 @@ def visible_page(
         author, _, post_id = post.partition("!")
         if not post_id:  # token-shaped, yet not a member of ours: bytes corrupted outside
             raise CorruptList(f"not a timeline member: {member[:60]!r}")
-        if author not in following or post in seen:
+        if author not in following or post in seen or post in gone:
             continue
         seen.add(post)
         position += 1
@@ -74,14 +76,26 @@ def visible_page(
     return shown
 
 
+def followed_posts(ascending: list[str], following: frozenset[str], down_to: str) -> list[str]:
+    """The posts (``{author}!{post_id}``) of the members at or above ``down_to`` by authors in
+    ``following``, once each: every post a walk down to there counts towards the cap."""
+    low = bisect_left(ascending, down_to) if down_to else 0
+    posts = dict.fromkeys(
+        post
+        for member in ascending[low:]
+        if (post := member.partition("!")[2]).partition("!")[0] in following
+    )
+    return list(posts)
+
+
 def _unfiltered(
-    ascending: list[str], following: frozenset[str], limit: int, floor: str
+    ascending: list[str], following: frozenset[str], limit: int, floor: str, gone: frozenset[str]
 ) -> list[TimelineEntry] | None:
     """A first page in bulk, when its newest candidates need no filtering (the common case):
-    the newest ``limit`` distinct members, if all are above ``floor``, all by authors followed
-    and all different posts, are exactly the first ``limit`` entries of the view. Identical
-    members (a post delivered and also merged in) are one entry. None when that does not hold:
-    the caller walks."""
+    the newest ``limit`` distinct members, if all are above ``floor``, all by authors followed,
+    all different posts and none deleted, are exactly the first ``limit`` entries of the view.
+    Identical members (a post delivered and also merged in) are one entry. None when that does
+    not hold: the caller walks."""
     top = list(dict.fromkeys(reversed(ascending[-2 * limit :])))[:limit]
     if len(top) < limit or top[-1] < floor:
         return None
@@ -91,6 +105,7 @@ def _unfiltered(
         len(parts) != 3 * limit
         or not following.issuperset(authors)
         or len(set(zip(authors, post_ids, strict=True))) != limit
+        or (gone and not gone.isdisjoint(map("!".join, zip(authors, post_ids, strict=True))))
     ):
         return None
     return list(

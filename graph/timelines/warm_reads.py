@@ -42,8 +42,9 @@ from memcache import Item
 from memcache.async_cluster import AsyncMemcache
 
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
-# after its head), then celebrities it follows that were not remembered.
-ROUND_TRIPS = 3
+# after its head), then celebrities it follows that were not remembered, then the bodies of
+# posts its page shows that were not remembered (graph/timelines/post_bodies.py).
+ROUND_TRIPS = 4
 
 
 class NotWarm(Exception):

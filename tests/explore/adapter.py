@@ -46,6 +46,7 @@ from graph.model.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser, Sna
 from graph.model.keys import SEP, ListKind, ListRef
 from graph.stores.sqlite import SqliteEdgeStore
 from graph.timelines.celebrity_posts import CelebrityPosts
+from graph.timelines.post_bodies import PostBodies
 from graph.timelines.reader import TimelineReader, TimelineSource
 from memcache.cluster import MemcacheCluster, Outcome
 from producers.publisher import DeliveryReport
@@ -372,6 +373,7 @@ class Process:
             10**6,
             10**9,
             celebrities,
+            PostBodies(cache, store, self.timelines.keys),
         )
         self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap, celebrities)
 

@@ -281,9 +281,15 @@ def test_snapshot_holds_active_members_sorted_with_their_positions(edge_store: E
 
 def test_store_posts_answers_the_first_stored_time(edge_store: EdgeStore) -> None:
     first = edge_store.store_posts([PostRecord("a", "p1", 100, "hi"), PostRecord("b", "p1", 50)])
-    assert first == {("a", "p1"): 100, ("b", "p1"): 50}
+    assert first == {
+        PostRef("a", "p1"): PostRecord("a", "p1", 100, "hi"),
+        PostRef("b", "p1"): PostRecord("b", "p1", 50),
+    }
     again = edge_store.store_posts([PostRecord("a", "p1", 999, "edited"), PostRecord("a", "p2", 7)])
-    assert again == {("a", "p1"): 100, ("a", "p2"): 7}  # published twice: still one entry
+    assert again == {  # published twice: still one entry, with its first text
+        PostRef("a", "p1"): PostRecord("a", "p1", 100, "hi"),
+        PostRef("a", "p2"): PostRecord("a", "p2", 7),
+    }
     assert edge_store.recent_posts({"a"}, 10) == [
         PostRecord("a", "p1", 100, "hi"),
         PostRecord("a", "p2", 7, None),

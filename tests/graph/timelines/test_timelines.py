@@ -64,14 +64,14 @@ class Setup:
 
     def post(self, author: str, post_id: str, ts: int, followers: list[str]) -> TimelineEntry:
         """What the fan-out does for an ordinary author: the store, then the timelines."""
-        self.store.store_posts([PostRecord(author, post_id, ts)])
+        self.reader.bodies.store([PostRecord(author, post_id, ts)])
         entry = TimelineEntry(ts, author, post_id)
         self.timelines.deliver([(token(True, entry.member), followers)])
         return entry
 
     def celebrity_post(self, author: str, post_id: str, ts: int, refresh: bool = True) -> None:
         """What the fan-out does for a celebrity: the store, the mark, then the cached items."""
-        self.store.store_posts([PostRecord(author, post_id, ts)])
+        self.reader.bodies.store([PostRecord(author, post_id, ts)])
         self.store.add_celebrities([author])
         if refresh:
             self.celebrities.refresh([author])
@@ -140,7 +140,8 @@ def test_a_changed_following_list_is_read_after_its_new_head(setup: Setup) -> No
     entry = s.post(followees[-1], "new", 2000, ["me"])
     reset(s)
     assert s.reader.read("me") == [entry]
-    assert s.cache.calls == {"gets_many": 2}  # the batch, then the new head's shards
+    # The batch, the new head's shards, then the new post's body (not the last page's).
+    assert s.cache.calls == {"gets_many": 3}
     reset(s)
     assert s.reader.read("me") == [entry]
     assert s.cache.calls == {"gets_many": 1}

@@ -59,7 +59,8 @@ def test_a_remembered_read_is_one_multi_get_a_first_read_two_a_new_celebrity_one
     first = pair.warm("me", run=uvloop.run)  # uvloop's transports, as `fanout serve` runs
     assert first is not None and first == pair.blocking.page("me")
     assert [e.post_id for e in first.entries] == [f"p{i}" for i in range(6)]
-    assert len(pair.multi_gets) == 2  # the batch, then the head's shards after it
+    # The batch, then the head's shards after it, then the page's post bodies.
+    assert len(pair.multi_gets) == 3
     assert pair.multi_gets[1] and all(k != pair.following_key("me") for k in pair.multi_gets[1])
 
     assert pair.both("me") == first
@@ -71,13 +72,13 @@ def test_a_remembered_read_is_one_multi_get_a_first_read_two_a_new_celebrity_one
     assert cache.gets_many([pair.following_key("me")]) == head  # no rollover: same shards
     page = pair.both("me")
     assert page is not None and page.entries[0] == TimelineEntry(pair.now, "star", "s1")
-    assert len(pair.multi_gets) == 2  # its recent posts, not remembered, after the batch
+    assert len(pair.multi_gets) == 3  # its recent posts, not remembered, then the new body
     assert pair.both("me") == page
     assert len(pair.multi_gets) == 1
 
     pair.memory.forget("me")  # as a process that never read `me` (or forgot it)
     assert pair.both("me") == page
-    assert len(pair.multi_gets) == 3  # batch, shards, the celebrity's posts
+    assert len(pair.multi_gets) == 4  # batch, shards, the celebrity's posts, the bodies
 
 
 def test_an_absent_following_list_is_none_and_written_by_the_blocking_read_only(

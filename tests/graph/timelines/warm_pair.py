@@ -68,12 +68,12 @@ class Pair:
     def post(self, author: str, post_id: str, followers: list[str], ago_ms: int = 0) -> None:
         """The fan-out of an ordinary author's post: the store, then the timelines."""
         entry = TimelineEntry(self.now - ago_ms, author, post_id)
-        self.store.store_posts([PostRecord(author, post_id, entry.ts)])
+        self.blocking.bodies.store([PostRecord(author, post_id, entry.ts)])
         self.blocking.timelines.deliver([(token(True, entry.member), followers)])
 
     def celebrity_post(self, author: str, post_id: str, ago_ms: int = 0) -> None:
         """The fan-out of a celebrity's post: the store, the mark, the cached items."""
-        self.store.store_posts([PostRecord(author, post_id, self.now - ago_ms)])
+        self.blocking.bodies.store([PostRecord(author, post_id, self.now - ago_ms)])
         self.store.add_celebrities([author])
         self.blocking.celebrity_posts.refresh([author])
 

@@ -1,0 +1,197 @@
+"""Post texts and deletions, as every page sees them: one memcached item per post.
+
+Timelines hold post names, not posts (graph/timelines/entries.py); a page is read *through* the
+posts that still exist, as Mastodon and Bluesky read theirs. ``{ns}|pb|{author}|{post_id}``
+holds ``t`` + the text (UTF-8) for a live post, ``n`` for a live post without text, ``x`` for a
+deleted one, and ``~`` while a reader fills it from the store. A page multi-GETs the items of
+the entries it would show; an entry whose item says deleted is skipped and the walk goes on
+(graph/timelines/reader.py), so deleting a post touches no timeline.
+
+**Why a deleted post is never shown again.** The store's tombstone is permanent
+(``EdgeStore.delete_posts``) and is written before the consumer SETs the item to ``x``
+(consumers/fanout_apply.py). An item holds a live text only if a reader put it there, and a
+reader puts it only by CAS over the ``~`` it saw with ``gets`` *before* its store read. Take a
+deletion whose SET lands at time s, and a reader whose CAS of a live text succeeds after s: its
+CAS holds the CAS id of a ``gets`` that found ``~``; if that ``gets`` came after s it found
+``x`` (or, were ``x`` evicted since, an ADD of ``~`` after s, whose store read comes after the
+tombstone: deleted), so it came before s, and then s's SET changed the item between the
+``gets`` and the CAS, which fails. A restart or an eviction empties the item: a CAS then fails
+(NOT_FOUND) and the next fill reads the store, which says deleted. So from the tombstone's SET
+on, no item says live; and a page shows an entry only with its item (or, filling, the store's
+answer read after the item's ``~``). Deliveries of a deleted post (a replay, a chunk task held
+up) and stale celebrity items can still bring its name into a page's candidates: the body
+hides it all the same. Nothing depends on the order of deliveries, fills and deletions.
+
+Texts never change (a post published again keeps the first text, ``store_posts``), so an item
+once live stays right until the deletion rewrites it. No expiry: evicted items are filled
+again from the store, one query per page, not one per post.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from graph.model.edges import EdgeStore, PostRecord, PostRef
+from graph.model.keys import KeySpace
+from memcache import Item, Outcome
+from memcache.interface import Cache
+
+LIVE = b"t"
+NO_TEXT = b"n"
+DELETED = b"x"
+FILLING = b"~"
+CODE = "pb"
+
+
+class BodyWriteError(RuntimeError):
+    """A deletion's item was not written: the batch is retried, never committed."""
+
+
+@dataclass(slots=True)
+class Bodies:
+    """What is known of some posts, each named ``{author}!{post_id}`` as in a timeline member
+    (graph/timelines/entries.py): the live ones' texts and the deleted ones."""
+
+    texts: dict[str, str | None] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)
+
+
+class State(enum.Enum):
+    LIVE = "live"
+    DELETED = "deleted"
+    UNKNOWN = "unknown"  # being filled, or not ours: filled from the store
+
+
+class Parsed(NamedTuple):
+    state: State
+    text: str | None = None
+
+
+_DELETED = Parsed(State.DELETED)
+_UNKNOWN = Parsed(State.UNKNOWN)
+
+
+def _parse(value: bytes) -> Parsed:
+    if value[:1] == LIVE:
+        try:
+            return Parsed(State.LIVE, value[1:].decode("utf-8"))
+        except UnicodeDecodeError:
+            return _UNKNOWN
+    if value == NO_TEXT:
+        return Parsed(State.LIVE)
+    return _DELETED if value == DELETED else _UNKNOWN
+
+
+def _encode(text: str | None) -> bytes:
+    return NO_TEXT if text is None else LIVE + text.encode("utf-8")
+
+
+def post_name(member: str) -> str:
+    """``{author}!{post_id}`` of a timeline member ``{ts}!{author}!{post_id}``."""
+    return member.partition("!")[2]
+
+
+class PostBodies:
+    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace) -> None:
+        self._cache = cache
+        self._store = store
+        self._prefix = f"{keys.namespace}|{CODE}|"
+
+    def keys(self, posts: Iterable[str]) -> list[bytes]:
+        """Items of posts named ``{author}!{post_id}`` (ids already valid: they come from
+        timeline members or events)."""
+        prefix = self._prefix
+        return [(prefix + p.replace("!", "|", 1)).encode("ascii") for p in posts]
+
+    def read(self, posts: Sequence[str], found: Mapping[bytes, Item]) -> Bodies:
+        """The bodies of ``posts``: from ``found`` (a read's multi-GET) where it has them,
+        else one more multi-GET, and what is still missing filled from the store through the
+        ``~`` fence (module docstring)."""
+        bodies = Bodies()
+        unread: dict[bytes, str] = {}
+        for post, key in zip(posts, self.keys(posts), strict=True):
+            item = found.get(key)
+            if item is None or not self._take(bodies, post, item.value):
+                unread[key] = post
+        if not unread:
+            return bodies
+        got = self._cache.gets_many(list(unread))
+        empty = {k: p for k, p in unread.items() if k not in got}
+        if empty:
+            self._cache.add_many(dict.fromkeys(empty, FILLING))
+            got.update(self._cache.gets_many(list(empty)))
+        fill = {}
+        for key, post in unread.items():
+            item = got.get(key)
+            if item is None or not self._take(bodies, post, item.value):
+                fill[key] = (post, item)
+        if fill:
+            self._fill(bodies, fill)
+        return bodies
+
+    @staticmethod
+    def _take(bodies: Bodies, post: str, value: bytes) -> bool:
+        parsed = _parse(value)
+        if parsed.state is State.LIVE:
+            bodies.texts[post] = parsed.text
+        elif parsed.state is State.DELETED:
+            bodies.gone.add(post)
+        return parsed.state is not State.UNKNOWN
+
+    def _fill(self, bodies: Bodies, fill: Mapping[bytes, tuple[str, Item | None]]) -> None:
+        """The store's answer for these posts, CAS'd over the item each ``gets`` found (read
+        before the store: the fence). A post the store does not know (never stored) is shown
+        without text and not cached."""
+        refs = {key: PostRef(*post.split("!", 1)) for key, (post, _) in fill.items()}
+        stored = self._store.post_bodies(list(refs.values()))
+        writes: dict[bytes, tuple[bytes, bytes]] = {}
+        for key, (post, item) in fill.items():
+            ref = refs[key]
+            if ref in stored.deleted:
+                bodies.gone.add(post)
+                value = DELETED
+            else:
+                bodies.texts[post] = stored.texts.get(ref)
+                if ref not in stored.texts:
+                    continue
+                value = _encode(stored.texts[ref])
+            if item is not None:
+                writes[key] = (value, item.cas)
+        if writes:
+            self._cache.cas_many(writes)  # a failed CAS: someone wrote since; theirs stands
+
+    def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
+        """``EdgeStore.store_posts`` inside the fence, so that the posts' items are live before
+        the first page shows them (no reader has to fill them): ``~`` ADDed where an item is
+        missing, every item read with ``gets``, the store written and its answer (the texts
+        stored first; nothing for a deleted post) CAS'd over the items that were not filled
+        yet. The store's answer is read after the ``gets``: the argument of the module
+        docstring holds as for a reader's fill. A failed CAS is someone else's newer write."""
+        keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
+        self._cache.add_many(dict.fromkeys(keys, FILLING))
+        seen = self._cache.gets_many(keys)
+        stored = self._store.store_posts(posts)
+        writes: dict[bytes, tuple[bytes, bytes]] = {}
+        for post, key in zip(posts, keys, strict=True):
+            item = seen.get(key)
+            if item is None or _parse(item.value).state is not State.UNKNOWN:
+                continue
+            record = stored.get(PostRef(post.author, post.post_id))
+            writes[key] = (DELETED if record is None else _encode(record.text), item.cas)
+        if writes:
+            self._cache.cas_many(writes)
+        return stored
+
+    def delete(self, posts: Sequence[PostRef]) -> None:
+        """After the store's tombstones: every item says deleted. Raises ``BodyWriteError``
+        unless every SET was stored (the deletion is retried whole)."""
+        if not posts:
+            return
+        keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
+        outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED))
+        failed = [k for k in keys if outcomes.get(k) is not Outcome.STORED]
+        if failed:
+            raise BodyWriteError(f"{len(failed)} deleted posts' items not written: {failed[0]!r}")
