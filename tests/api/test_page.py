@@ -1,7 +1,7 @@
 """The browser page at ``/``, in Debian's headless chromium (through Debian's chromium-driver and
 selenium) against a real ``fanout serve`` over a graph the real consumers applied: what it
-shows, paging, moving around the graph by clicking, and pasting a token when auth is on.
-Screenshots go to the test's tmp dir."""
+shows, paging, moving around the graph by clicking, pasting a token when auth is on, and
+deleting one's own posts. Screenshots go to the test's tmp dir."""
 
 from __future__ import annotations
 
