@@ -10,9 +10,10 @@ leaked one is good for a bounded time.
 Rules: a home timeline is served to its owner or to a token with ``fanout:read-all``; follower
 and following lists are public unless ``FANOUT_API_PRIVATE_LISTS`` (then any valid token);
 ``POST /v1/events`` needs ``fanout:publish``, and such a token may publish only events whose
-actor (the follower, the author, the removed user) is its ``sub``, unless it also has
-``fanout:publish-all`` (an app's backend publishing for its users). Without a key configured
-the API is open (``fanout serve`` then refuses non-loopback addresses).
+actor (the follower, the author of a post or of a deleted post, the removed user) is its
+``sub``, unless it also has ``fanout:publish-all`` (an app's backend publishing for its users):
+so a user deletes only their own posts. Without a key configured the API is open (``fanout
+serve`` then refuses non-loopback addresses).
 
 Tokens never reach a log or a response: nothing here formats one, and PyJWT's errors do not
 carry the token.
@@ -31,7 +32,7 @@ from starlette.requests import Request
 
 from api.problems import Problem
 from api.settings import ApiSettings
-from schemas import AnyEvent, FanoutTask, Follow, Post, Unfollow, UserRemoved
+from schemas import AnyEvent, FanoutTask, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
 READ_ALL = "fanout:read-all"
 PUBLISH = "fanout:publish"
@@ -137,7 +138,7 @@ def actor(event: AnyEvent) -> str:
     match event:
         case Follow() | Unfollow():
             return event.follower
-        case Post() | FanoutTask():
+        case Post() | PostDeleted() | FanoutTask():
             return event.author
         case UserRemoved():
             return event.user
@@ -186,7 +187,8 @@ class Guard:
         foreign = [i for i, e in enumerate(events) if actor(e) != who.sub]
         if foreign:
             raise forbidden(
-                f"without scope {PUBLISH_ALL} a token publishes only events whose actor is its "
+                f"without scope {PUBLISH_ALL} a token publishes only events whose actor (the "
+                f"follower, the author of a post or of a deleted post, the removed user) is its "
                 f"sub; events {foreign[:10]} act for other users",
                 {"indexes": foreign},
             )

@@ -14,11 +14,11 @@ from schemas import is_valid_id
 
 DESCRIPTION = (
     "timeline-fanout: keeps a social follower graph and delivers posts into home timelines. "
-    "Apps publish follow, unfollow, post and user_removed events to Kafka; `consume graph` "
-    "records every edge in the edge store and appends it to the follower lists in memcached; "
-    "`consume fanout` appends each post to its author's followers' timelines. The other "
-    "commands run the local stack, publish events, read lists and timelines, and check or "
-    "repair the cache."
+    "Apps publish follow, unfollow, post, post_deleted and user_removed events to Kafka; "
+    "`consume graph` records every edge in the edge store and appends it to the follower lists "
+    "in memcached; `consume fanout` appends each post to its author's followers' timelines and "
+    "takes a deleted one out. The other commands run the local stack, publish events, read "
+    "lists and timelines, and check or repair the cache."
 )
 EPILOG = (
     "Settings come from FANOUT_* environment variables (docs/configuration.md). An id that starts "

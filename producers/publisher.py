@@ -2,9 +2,10 @@
 
 Validation happens before anything is queued, so a bad event is an exception at the call site and
 never reaches the topic. Apps publish only app event types (follow, unfollow, post,
-user_removed); an internal type (a ``fanout_task``) is refused here, and the consumers publish
-theirs through ``InternalPublisher`` (producers/internal.py). Delivery is asynchronous; failures
-come back from ``flush()`` as a typed report instead of vanishing in a callback.
+post_deleted, user_removed); an internal type (a ``fanout_task``) is refused here, and the
+consumers publish theirs through ``InternalPublisher`` (producers/internal.py). Delivery is
+asynchronous; failures come back from ``flush()`` as a typed report instead of vanishing in a
+callback.
 
 Partitions are chosen as Kafka's Java client (and kafkajs's default) chooses them: murmur2 of
 the key, positive, modulo the partition count (librdkafka's ``murmur2_random``; its own default,

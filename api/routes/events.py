@@ -145,7 +145,8 @@ ROUTES = (
             "summary": f"Publish one event or an array of up to {MAX_EVENTS}",
             "description": (
                 "Needs scope fanout:publish; without fanout:publish-all, every event's actor "
-                "(follower, author, removed user) must be the token's sub. All events are "
+                "(follower, author of a post or of a deleted post, removed user) must be the "
+                "token's sub, so a user deletes only their own posts. All events are "
                 "validated before any is sent. 202 once the broker acknowledged every event."
             ),
             "requestBody": {

@@ -1,6 +1,6 @@
-// The page at `/`: a user's home timeline, own posts, followers and following, and the
-// consumers' lag,
-// read from this API only (same origin, no build step, no third-party code). The user shown
+// The page at `/`: a user's home timeline, own posts (each with a Delete button when the
+// pasted token may delete it), followers and following, and the consumers' lag, read from this
+// API only (same origin, no build step, no third-party code). The user shown
 // is in the location hash (#user=ID), so the back button walks back through the graph. Text
 // from the API is only ever set with textContent, never parsed as HTML.
 "use strict";
@@ -9,6 +9,8 @@ const TIMELINE_PAGE = 20;
 const LIST_PAGE = 50;
 const STATS_EVERY_MS = 3000;
 const TOKEN_KEY = "fanout-token";
+const PUBLISH = "fanout:publish";
+const PUBLISH_ALL = "fanout:publish-all";
 // A user id, as the API's rule says; "." and ".." are ids too, but as a path segment the
 // browser would resolve them (to /v1/users/../followers = /v1/followers): not shown here.
 const USER_ID = /^[A-Za-z0-9_.:@-]{1,64}$/;
@@ -28,7 +30,8 @@ function checkedUser(user) {
   return user;
 }
 
-async function api(path) {
+// GET `path`, or POST `event` to it as JSON when one is given.
+async function api(path, event) {
   // The token goes only where the path says: a path the URL parser would rewrite is refused.
   if (new URL(path, location.origin).pathname !== path.split("?")[0]) {
     throw new ApiError(`refused to fetch ${path}`);
@@ -36,7 +39,12 @@ async function api(path) {
   const headers = { Accept: "application/json" };
   const token = $("token").value.trim();
   if (token) headers.Authorization = "Bearer " + token;
-  const response = await fetch(path, { headers });
+  const request = { headers };
+  if (event !== undefined) {
+    headers["Content-Type"] = "application/json";
+    Object.assign(request, { method: "POST", body: JSON.stringify(event) });
+  }
+  const response = await fetch(path, request);
   const body = await response.json().catch(() => null);
   if (!response.ok) {
     let why = body && body.detail ? body.detail : response.statusText;
@@ -44,6 +52,26 @@ async function api(path) {
     throw new ApiError(`${response.status}: ${why}`);
   }
   return body;
+}
+
+// The pasted token's claims, read without checking the signature: they only decide which
+// buttons the page shows. The API checks the token on every request whatever the page shows.
+function claims(token) {
+  try {
+    return JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+  } catch {
+    return null;
+  }
+}
+
+// Whether the token may delete `author`'s posts, by the API's rule: publishing, for its own sub
+// or for anyone. Without a token the API is open (or answers 401, which is shown).
+function mayDelete(author) {
+  const token = $("token").value.trim();
+  if (!token) return true;
+  const found = claims(token);
+  const scopes = found && typeof found.scope === "string" ? found.scope.split(" ") : [];
+  return scopes.includes(PUBLISH) && (found.sub === author || scopes.includes(PUBLISH_ALL));
 }
 
 function showError(error) {
@@ -108,6 +136,27 @@ const timeline = pager(
   },
 );
 
+// Publishes the post's deletion, then reloads the posts: the post is gone once the fan-out
+// consumer has applied the deletion.
+function deleteButton(post) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "delete";
+  button.textContent = "Delete";
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      await api("/v1/events", { type: "post_deleted", author: post.author, post_id: post.post_id });
+      await posts(true);
+      showError(null);
+    } catch (error) {
+      button.disabled = false;
+      showError(error);
+    }
+  });
+  return button;
+}
+
 // The user's own posts with their texts; a text is set with textContent like everything else,
 // so a post that reads like markup is shown as the characters it is.
 const posts = pager(
@@ -129,7 +178,9 @@ const posts = pager(
     const when = document.createElement("span");
     when.className = "when";
     when.textContent = new Date(post.ts).toLocaleString();
-    return item(id, " ", text, " ", when);
+    const parts = [id, " ", text, " ", when];
+    if (post.author === current && mayDelete(post.author)) parts.push(deleteButton(post));
+    return item(...parts);
   },
 );
 

@@ -12,13 +12,20 @@ from fanout.settings import Settings
 from producers import PublishError
 from schemas import EventDecodeError, validate_event
 
+# The kind named on the command line, and the event type it publishes: ``delete`` reads as
+# the action it is, the wire keeps the event's name.
+KINDS = {"follow": "follow", "unfollow": "unfollow", "post": "post", "delete": "post_deleted"}
+POST_KINDS = ("post", "delete")
+
 
 def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("publish", help="publish events")
-    p.add_argument("kind", nargs="?", choices=["follow", "unfollow", "post"])
-    p.add_argument("a", nargs="?", help="follower (follow/unfollow) or author (post)")
-    p.add_argument("b", nargs="?", help="followee (follow/unfollow) or post id (post)")
-    p.add_argument("--text")
+    p.add_argument(
+        "kind", nargs="?", choices=list(KINDS), help="delete publishes a post_deleted event"
+    )
+    p.add_argument("a", nargs="?", help="follower (follow/unfollow) or author (post/delete)")
+    p.add_argument("b", nargs="?", help="followee (follow/unfollow) or post id (post/delete)")
+    p.add_argument("--text", help="post: the post's text")
     p.add_argument("--group")
     p.add_argument("--file", help="one JSON event per line; - for stdin")
     p.add_argument(
@@ -36,9 +43,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(summary.line())
         return 0 if summary.ok else 1
     if args.kind is None:
-        raise SystemExit("publish needs an event (follow/unfollow/post) or --file")
-    fields: dict[str, object] = {"type": args.kind}
-    if args.kind == "post":
+        raise SystemExit(f"publish needs an event ({'/'.join(KINDS)}) or --file")
+    fields: dict[str, object] = {"type": KINDS[args.kind]}
+    if args.kind in POST_KINDS:  # --text with delete is refused below: a deletion has no text
         fields.update(author=args.a, post_id=args.b, text=args.text)
     else:
         fields.update(follower=args.a, followee=args.b)

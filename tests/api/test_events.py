@@ -12,8 +12,8 @@ from httpx2 import Response
 from starlette.testclient import TestClient
 
 from fanout.settings import Settings
-from schemas import decode_event
-from tests.api.conftest import Graph, api_client
+from schemas import PostDeleted, decode_event
+from tests.api.conftest import SECRET, Graph, api_client, bearer, hs256
 from tests.conftest import Refused, settings_env
 from tests.kafka_helpers import read_topic
 
@@ -161,3 +161,35 @@ def test_an_unreachable_broker_is_a_503_naming_the_events(
     body = problem(response)
     assert body["failed"][0]["index"] == 0 and body["failed"][0]["event_id"] == "e-1"
     assert orjson.dumps(body)  # a plain JSON document, no traceback
+
+
+def deletion(author: str, post_id: str) -> dict[str, str]:
+    return {"type": "post_deleted", "author": author, "post_id": post_id}
+
+
+def test_a_post_is_deleted_by_its_author_or_a_publish_all_token(settings: Settings) -> None:
+    """Each deletion goes to the posts topic keyed by its author, as a post does."""
+    own = bearer(hs256("alice", "fanout:publish"))
+    backend = bearer(hs256("app", "fanout:publish fanout:publish-all"))
+    with api_client(settings, jwt_secret=SECRET) as client:
+        mine = client.post("/v1/events", json=deletion("alice", "a1"), headers=own)
+        assert mine.status_code == 202
+        for_bob = client.post("/v1/events", json=[deletion("bob", "b1")], headers=backend)
+        assert for_bob.status_code == 202
+    sent = read_topic(settings.kafka, settings.topics.posts, 2)
+    decoded = [(m.key(), decode_event(m.value())) for m in sent]
+    deleted = sorted((k, e.author, e.post_id) for k, e in decoded if isinstance(e, PostDeleted))
+    assert deleted == [(b"alice", "alice", "a1"), (b"bob", "bob", "b1")]
+
+
+def test_deleting_another_users_post_is_refused_and_nothing_is_sent(settings: Settings) -> None:
+    own = bearer(hs256("alice", "fanout:publish"))
+    batch = [deletion("alice", "a1"), deletion("bob", "b1")]
+    with api_client(settings, jwt_secret=SECRET) as client:
+        response = client.post("/v1/events", json=batch, headers=own)
+    assert response.status_code == 403
+    body = problem(response)
+    assert body["type"] == "urn:fanout:problem:forbidden" and body["indexes"] == [1]
+    assert "the author of a post or of a deleted post" in body["detail"]
+    assert "fanout:publish-all" in body["detail"]
+    assert read_topic(settings.kafka, settings.topics.posts, 1, timeout=2) == []

@@ -1,7 +1,7 @@
 """The browser page at ``/``, in Debian's headless chromium (through Debian's chromium-driver and
 selenium) against a real ``fanout serve`` over a graph the real consumers applied: what it
-shows, paging, moving around the graph by clicking, and pasting a token when auth is on.
-Screenshots go to the test's tmp dir."""
+shows, paging, moving around the graph by clicking, pasting a token when auth is on, and
+deleting one's own posts. Screenshots go to the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from starlette.testclient import TestClient
 
 from fanout.settings import Settings
+from schemas import PostDeleted, decode_event
 from tests.api.conftest import SECRET, hs256
 from tests.api.live import consume, publish
 from tests.api.test_serve import serving
+from tests.kafka_helpers import read_topic
 
 CHROMIUM = "/usr/bin/chromium"
 DRIVER = "/usr/bin/chromedriver"
@@ -142,6 +145,52 @@ def test_a_users_own_posts_are_shown_with_their_texts_as_text_never_run(
         assert browser.execute_script("return window.ran") is None  # shown, never run
         assert browser.find_elements(By.CSS_SELECTOR, "#posts img, #posts script") == []
         assert shown(browser, "error") == ""
+
+
+def delete_buttons(driver: WebDriver) -> list[WebElement]:
+    return list(driver.find_elements(By.CSS_SELECTOR, "#posts > li > button.delete"))
+
+
+def test_own_posts_have_a_delete_button_that_publishes_the_deletion(
+    settings: Settings, browser: WebDriver
+) -> None:
+    """With dave's token: a Delete on each of dave's posts and none on erin's; a click publishes
+    the post's deletion through the API (read back from the posts topic, keyed by dave) and
+    reloads the section."""
+    publish(
+        settings,
+        [
+            {"type": "follow", "follower": "fan", "followee": "dave"},
+            {"type": "post", "author": "dave", "post_id": "d1"},
+            {"type": "post", "author": "dave", "post_id": "d2"},
+            {"type": "post", "author": "erin", "post_id": "e1"},
+        ],
+    )
+    consume(settings, graph=1, posts=3)
+    with serving(settings, FANOUT_API_JWT_SECRET=SECRET) as (base, _):
+        browser.get("about:blank")
+        browser.get(f"{base}/")
+        browser.find_element(By.ID, "token").send_keys(hs256("dave", "fanout:publish"))
+        browser.find_element(By.ID, "user").click()  # leaving the field commits the token
+        browser.get(f"{base}/#user=erin")
+        wait_for(browser, "erin's post", lambda d: len(texts(d, "posts")) == 1)
+        assert delete_buttons(browser) == []  # dave's token may not delete erin's post
+        browser.get(f"{base}/#user=dave")
+        wait_for(browser, "dave's posts", lambda d: len(texts(d, "posts")) == 2)
+        assert [b.text for b in delete_buttons(browser)] == ["Delete", "Delete"]
+        browser.execute_script(
+            "document.querySelectorAll('#posts > li').forEach(li => li.dataset.before = '1')"
+        )
+        delete_buttons(browser)[0].click()  # d2, the newest
+        reloaded = (By.CSS_SELECTOR, "#posts > li[data-before]")
+        wait_for(browser, "the posts reloaded", lambda d: d.find_elements(*reloaded) == [])
+        assert shown(browser, "error") == ""
+    sent = [
+        (m.key(), decode_event(m.value()))
+        for m in read_topic(settings.kafka, settings.topics.posts, 4)
+    ]
+    deleted = [(key, e.post_id) for key, e in sent if isinstance(e, PostDeleted)]
+    assert deleted == [(b"dave", "d2")]
 
 
 def test_with_auth_on_the_page_asks_for_a_token_and_uses_the_pasted_one(

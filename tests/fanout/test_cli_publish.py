@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from fanout.settings import Settings
-from schemas import decode_event
+from schemas import PostDeleted, decode_event
 from tests.conftest import run_cli
 from tests.kafka_helpers import read_topic
 
@@ -51,6 +51,35 @@ def test_publish_single_events_and_reject_bad_ids(settings: Settings) -> None:
         decode_event(m.value()) for m in read_topic(settings.kafka, settings.topics.graph, 1)
     ]
     assert event.type == "follow" and event.group == "work"  # type: ignore[union-attr]
+
+
+def test_delete_publishes_a_post_deleted_keyed_by_its_author(settings: Settings) -> None:
+    done = run_cli(settings, "publish", "delete", "u2", "p9")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.startswith(b"published post_deleted ")
+    with_text = run_cli(settings, "publish", "delete", "u2", "p8", "--text", "gone")
+    assert with_text.returncode != 0
+    assert b"invalid event: text: Extra inputs are not permitted" in with_text.stderr
+    no_id = run_cli(settings, "publish", "delete", "u2")
+    assert no_id.returncode != 0 and b"invalid event: post_id: Field required" in no_id.stderr
+    (message,) = read_topic(settings.kafka, settings.topics.posts, 2, timeout=5)
+    event = decode_event(message.value())
+    assert isinstance(event, PostDeleted) and (event.author, event.post_id) == ("u2", "p9")
+    assert message.key() == b"u2"
+
+
+def test_publish_file_takes_post_deleted_lines(settings: Settings) -> None:
+    lines = [
+        b'{"type":"post_deleted","author":"u2","post_id":"p1"}',
+        b'{"type":"post_deleted","author":"u2","post_id":"p2","text":"no"}',
+    ]
+    done = run_cli(settings, "publish", "--file", "-", stdin=b"\n".join(lines))
+    assert done.returncode == 1
+    out = done.stdout.decode()
+    assert "published 1, rejected 1, failed 0" in out
+    assert "line 2: text: Extra inputs are not permitted" in out
+    (message,) = read_topic(settings.kafka, settings.topics.posts, 1)
+    assert message.key() == b"u2" and decode_event(message.value()).type == "post_deleted"
 
 
 def test_rejects_file_lists_every_bad_line_as_json(settings: Settings, tmp_path: Path) -> None:

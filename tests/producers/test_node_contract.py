@@ -4,9 +4,10 @@ The Node producer (tests/producers/node/produce.js: kafkajs + ajv against the sh
 ``event.json``, as an app developer would write it) and ``EventPublisher`` publish the same
 events under two topic prefixes; after one graph and one fan-out consume of each, every user's
 followers, following and home timeline must be equal, and every key must have landed on the
-same partition. Graph events go without the envelope (the consumer falls back to the Kafka
-timestamp); posts carry their ``ts``, so timelines compare exactly. Skipped, saying why, where
-node or the installed modules are missing (``bash .ci/bootstrap`` installs them).
+same partition. Graph events and post deletions (one of them published before its post) go
+without the envelope (the consumer falls back to the Kafka timestamp); posts carry their ``ts``,
+so timelines compare exactly. Skipped, saying why, where node or the installed modules are
+missing (``bash .ci/bootstrap`` installs them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
 from producers import EventPublisher, create_topics
+from schemas import validate_event
 from tests.conftest import settings_env
 from tests.kafka_helpers import read_topic
 
@@ -52,11 +55,18 @@ def contract_events(seed: int = 14) -> list[dict[str, Any]]:
         kind = "follow" if rng.random() < 0.7 else "unfollow"
         events.append({"type": kind, "follower": follower, "followee": followee})
     events.append({"type": "user_removed", "user": "u9"})
+    posts: list[dict[str, Any]] = []
     for i in range(20):
         author = rng.choice(USERS)
         post = {"type": "post", "author": author, "post_id": f"p{i}", "ts": 1_700_000_000_000}
-        events.append({**post, "ts": post["ts"] + 1000 * (i // 2)})  # some ties: author, id
-    return events
+        posts.append({**post, "ts": post["ts"] + 1000 * (i // 2)})  # some ties: author, id
+    gone = [{"type": "post_deleted", "author": p["author"], "post_id": p["post_id"]} for p in posts]
+    # Three deletions of delivered posts: two after their posts, one before its post (it stays
+    # deleted).
+    return [*events, gone[19], *posts, gone[11], gone[15]]
+
+
+DELETED = {"p11", "p15", "p19"}
 
 
 def consume_both(runs: list[Settings], which: str) -> None:
@@ -86,9 +96,10 @@ def outcome(settings: Settings) -> dict[str, Any]:
     }
 
 
-def partitions(settings: Settings) -> dict[bytes, set[int]]:
+def partitions(settings: Settings, events: list[dict[str, Any]]) -> dict[bytes, set[int]]:
     landed: dict[bytes, set[int]] = {}
-    for topic, count in ((settings.topics.graph, 81), (settings.topics.posts, 20)):
+    per_topic = Counter(settings.topics.for_event(validate_event(e)) for e in events)
+    for topic, count in per_topic.items():
         for m in read_topic(settings.kafka, topic, count):
             landed.setdefault(m.key(), set()).add(m.partition())
     return landed
@@ -123,13 +134,15 @@ def test_node_events_are_applied_exactly_as_python_ones(settings: Settings, tmp_
     assert orjson.loads(node.stdout) == {"sent": len(events), "rejected": []}
 
     # One partitioner: every key on the same partition whichever client sent it.
-    assert partitions(node_run) == partitions(settings)
+    assert partitions(node_run, events) == partitions(settings, events)
 
     consume_both([settings, node_run], "graph")
     consume_both([settings, node_run], "fanout")
     python_side, node_side = outcome(settings), outcome(node_run)
     assert node_side == python_side
     assert sum(len(t) for t in python_side["timelines"].values()) > 20  # posts were delivered
+    shown = {entry.post_id for t in python_side["timelines"].values() for entry in t}
+    assert shown.isdisjoint(DELETED)  # and the deleted ones taken out
     assert read_topic(node_run.kafka, node_run.topics.dlq, 1, timeout=1) == []
 
 
@@ -147,6 +160,8 @@ def test_the_node_producer_refuses_what_python_refuses(settings: Settings) -> No
             "chunk": 0,
             "followers": ["victim"],
         },
+        {"type": "post_deleted", "author": "u1", "post_id": "p", "text": "why"},
+        {"type": "post_deleted", "author": "u1"},
     ]
     lines = "".join(json.dumps(e) + "\n" for e in bad).encode()  # escapes the lone surrogate
     node = subprocess.run(
@@ -159,4 +174,4 @@ def test_the_node_producer_refuses_what_python_refuses(settings: Settings) -> No
     assert node.returncode == 1, node.stderr.decode()
     report = orjson.loads(node.stdout)
     assert report["sent"] == 0
-    assert [r["line"] for r in report["rejected"]] == [1, 2, 3, 4]
+    assert [r["line"] for r in report["rejected"]] == [1, 2, 3, 4, 5, 6]

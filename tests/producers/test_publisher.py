@@ -9,7 +9,7 @@ import pytest
 
 from fanout.settings import Settings
 from producers import EventPublisher, InternalPublisher, PublishError, create_topics
-from schemas import EventDecodeError, Topics, decode_event
+from schemas import EventDecodeError, PostDeleted, Topics, decode_event
 from tests.conftest import Refused
 from tests.kafka_helpers import read_topic
 
@@ -31,6 +31,25 @@ def test_published_events_read_back_with_envelope_and_keys(settings: Settings) -
     posts = read_topic(settings.kafka, settings.topics.posts, 1)
     assert orjson.loads(posts[0].value())["event_id"] == post.event_id
     assert posts[0].key() == b"star0"
+
+
+def test_a_deletion_follows_its_post_on_the_posts_topic_under_the_authors_key(
+    settings: Settings,
+) -> None:
+    """Keyed by author as the post is, the deletion lands on the post's partition, after it."""
+    with EventPublisher(settings.kafka, settings.topics) as publisher:
+        post = publisher.publish({"type": "post", "author": "star0", "post_id": "p1"})
+        gone = publisher.publish({"type": "post_deleted", "author": "star0", "post_id": "p1"})
+    messages = read_topic(settings.kafka, settings.topics.posts, 2)
+    assert [m.key() for m in messages] == [b"star0", b"star0"]
+    assert len({m.partition() for m in messages}) == 1
+    decoded = [decode_event(m.value()) for m in messages]
+    assert [(e.type, e.event_id) for e in decoded] == [
+        ("post", post.event_id),
+        ("post_deleted", gone.event_id),
+    ]
+    assert isinstance(decoded[1], PostDeleted) and decoded[1].post_id == "p1"
+    assert read_topic(settings.kafka, settings.topics.graph, 1, timeout=2) == []
 
 
 def test_all_events_of_one_followee_land_in_one_partition(settings: Settings) -> None:

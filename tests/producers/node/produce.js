@@ -18,7 +18,14 @@ const Ajv2020 = require("ajv/dist/2020");
 const { Kafka, Partitioners, logLevel } = require("kafkajs");
 
 const SCHEMA = path.join(__dirname, "..", "..", "..", "schemas", "jsonschema", "event.json");
-const KEY_FIELD = { follow: "followee", unfollow: "followee", post: "author", user_removed: "user" };
+// Per type, the topic (PREFIX.<topic>) and the key field, as each type's schema describes them.
+const ROUTE = {
+  follow: { topic: "graph", key: "followee" },
+  unfollow: { topic: "graph", key: "followee" },
+  post: { topic: "posts", key: "author" },
+  post_deleted: { topic: "posts", key: "author" },
+  user_removed: { topic: "graph", key: "user" },
+};
 
 async function main() {
   const [bootstrap, prefix] = process.argv.slice(2);
@@ -41,9 +48,13 @@ async function main() {
       rejected.push({ line: number, errors: validate.errors.map((e) => `${e.instancePath} ${e.message}`) });
       continue;
     }
-    const topic = `${prefix}.${event.type === "post" ? "posts" : "graph"}`;
+    const { topic, key } = ROUTE[event.type];
     // Sent one at a time, in order; a real app would batch with producer.sendBatch.
-    await producer.send({ topic, acks: -1, messages: [{ key: event[KEY_FIELD[event.type]], value: JSON.stringify(event) }] });
+    await producer.send({
+      topic: `${prefix}.${topic}`,
+      acks: -1,
+      messages: [{ key: event[key], value: JSON.stringify(event) }],
+    });
     sent += 1;
   }
   await producer.disconnect();
