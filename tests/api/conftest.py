@@ -93,7 +93,7 @@ class Graph:
         self.store.apply([EdgeChange(follower, followee, False, self.pos)])
 
     def post(self, author: str, post_id: str, ago_ms: int = 0) -> PostRecord:
-        record = PostRecord(author, post_id, self.now - ago_ms)
+        record = PostRecord(author, post_id, self.now - ago_ms, f"{post_id} by {author}")
         self.store.store_posts([record])
         return record
 

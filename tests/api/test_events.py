@@ -134,7 +134,13 @@ def test_published_events_are_acknowledged_consumed_and_shown(
     events = [
         {"type": "follow", "follower": "reader", "followee": "writer"},
         {"type": "follow", "follower": "other", "followee": "writer"},
-        {"type": "post", "author": "writer", "post_id": "hello", "ts": 1_700_000_000_000},
+        {
+            "type": "post",
+            "author": "writer",
+            "post_id": "hello",
+            "ts": 1_700_000_000_000,
+            "text": "hi",
+        },
     ]
     response = client.post("/v1/events", json=events)
     assert response.status_code == 202
@@ -145,7 +151,9 @@ def test_published_events_are_acknowledged_consumed_and_shown(
     assert sorted(e.event_id for e in sent) == sorted(ids)  # type: ignore[type-var]
     consume_both(settings)
     timeline = client.get("/v1/timelines/reader").json()
-    assert timeline["posts"] == [{"post_id": "hello", "author": "writer", "ts": 1_700_000_000_000}]
+    assert timeline["posts"] == [
+        {"post_id": "hello", "author": "writer", "ts": 1_700_000_000_000, "text": "hi"}
+    ]
     followers = client.get("/v1/users/writer/followers").json()
     assert followers["members"] == ["other", "reader"] and followers["count"] == 2
 

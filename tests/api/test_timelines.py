@@ -36,7 +36,9 @@ def test_pages_follow_the_cursor_to_the_end_newest_first(client: TestClient, gra
         if cursor is None:
             break
     assert sizes == [3, 3, 1]
-    expected = [{"post_id": p.post_id, "author": p.author, "ts": p.ts} for p in posts]
+    expected = [
+        {"post_id": p.post_id, "author": p.author, "ts": p.ts, "text": p.text} for p in posts
+    ]
     assert seen == expected  # posts[0] is the newest
 
 
@@ -124,7 +126,9 @@ def test_a_warm_read_is_answered_on_the_loop_while_every_backend_thread_is_busy(
     graph.follow("newcomer", "ann")
     graph.follow("lonely", "quiet")
     posts = [graph.post("ann" if i % 2 else "bob", f"p{i}", ago_ms=1000 * i) for i in range(5)]
-    expected = [{"post_id": p.post_id, "author": p.author, "ts": p.ts} for p in posts]
+    expected = [
+        {"post_id": p.post_id, "author": p.author, "ts": p.ts, "text": p.text} for p in posts
+    ]
     with api_client(settings, threads=1) as client:
         assert client.get("/v1/timelines/reader").json()["posts"] == expected  # cold: the pool
         held, release = hold_the_thread(client)
