@@ -255,6 +255,7 @@ def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
         lambda: pair.post("a", "p-new", ["me"]),
         lambda: pair.post("b", "p-old", ["me"], ago_ms=10**7),  # below the page: same page
         lambda: pair.follow("me", "c"),
+        lambda: pair.delete("b", "p1"),  # a kept page changes when a post on it is deleted
         lambda: pair.follow("me", "a", active=False),
         lambda: pair.blocking.timelines.invalidate([ListRef(ListKind.TIMELINE, "me")]),
     ]
@@ -264,3 +265,15 @@ def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
         pair.blocking.page("me")  # heals what needs healing
         kept()  # walks if the healing changed anything, and keeps the page
         assert kept()
+
+
+def test_a_deleted_post_leaves_the_warm_page_and_the_page_reads_on_past_it(pair: Pair) -> None:
+    warmed(pair)
+    before = pair.both("me", 3)
+    assert before is not None and [e.post_id for e in before.entries] == ["p0", "p1", "p2"]
+    pair.delete("b", "p1")
+    pair.delete("a", "p2")
+    after = pair.both("me", 3)  # the bodies were in the batch: still warm
+    assert after is not None and [e.post_id for e in after.entries] == ["p0", "p3", "p4"]
+    assert after.texts == [None, None, None]
+    assert len(pair.multi_gets) == 2  # the batch, then the bodies of the posts read on to

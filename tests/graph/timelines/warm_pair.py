@@ -17,7 +17,7 @@ from fanout import wiring
 from fanout.settings import Settings
 from graph import EdgeChange, ListKind, ListRef
 from graph.lists.tokens import token
-from graph.model.edges import PostRecord
+from graph.model.edges import PostRecord, PostRef
 from graph.stores.sqlite import SqliteEdgeStore
 from graph.timelines.fetch import ReadMemory
 from graph.timelines.reader import TimelineEntry, TimelinePage, TimelineReader
@@ -76,6 +76,12 @@ class Pair:
         self.blocking.bodies.store([PostRecord(author, post_id, self.now - ago_ms)])
         self.store.add_celebrities([author])
         self.blocking.celebrity_posts.refresh([author])
+
+    def delete(self, author: str, post_id: str) -> None:
+        """The fan-out of a deletion: the store's tombstone, then the post's body item."""
+        ref = PostRef(author, post_id)
+        self.store.delete_posts([ref])
+        self.blocking.bodies.delete([ref])
 
     # -- keys --------------------------------------------------------------------------------
 

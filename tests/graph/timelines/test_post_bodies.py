@@ -1,0 +1,125 @@
+"""Post body items against real memcached and SQLite: texts in, deletions out, and no fill that
+read the store before a deletion ever writes the post back (the fence,
+graph/timelines/post_bodies.py). Each race is made deterministic by running the other side at
+the worst moment: inside the store call that the fence puts after its ``gets``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+import pytest
+
+from graph.model.edges import PostRecord, PostRef, StoredBodies
+from graph.model.keys import KeySpace
+from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines.post_bodies import DELETED, PostBodies
+from memcache import MemcacheCluster
+
+
+class RacedStore(SqliteEdgeStore):
+    """Runs ``meanwhile`` once, right after its next ``post_bodies`` or ``store_posts``
+    answered: what another process does between a fill's store read and its CAS."""
+
+    meanwhile: Callable[[], None] | None = None
+
+    def _race(self) -> None:
+        run, self.meanwhile = self.meanwhile, None
+        if run is not None:
+            run()
+
+    def post_bodies(self, posts: Collection[PostRef]) -> StoredBodies:
+        found = super().post_bodies(posts)
+        self._race()
+        return found
+
+    def store_posts(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
+        stored = super().store_posts(posts)
+        self._race()
+        return stored
+
+
+@pytest.fixture
+def raced(tmp_path: object, cache: MemcacheCluster, unique: str) -> tuple[RacedStore, PostBodies]:
+    store = RacedStore(f"{tmp_path}/edges.db")
+    return store, PostBodies(cache, store, KeySpace(unique))
+
+
+def delete(store: SqliteEdgeStore, bodies: PostBodies, *refs: PostRef) -> None:
+    """The consumer's order: the store's tombstone, then the item."""
+    store.delete_posts(refs)
+    bodies.delete(refs)
+
+
+P = PostRef("ann", "p1")
+
+
+def test_texts_are_read_back_as_stored_and_a_post_without_text_is_none(
+    raced: tuple[RacedStore, PostBodies], cache: MemcacheCluster
+) -> None:
+    _, bodies = raced
+    bodies.store([PostRecord("ann", "p1", 5, "héllo <b>"), PostRecord("ann", "p2", 6)])
+    bodies.store([PostRecord("ann", "p1", 9, "edited")])  # published again: the first text
+    read = bodies.read(["ann!p1", "ann!p2"], {})
+    assert read.texts == {"ann!p1": "héllo <b>", "ann!p2": None} and read.gone == set()
+    cache.set_many(dict.fromkeys(bodies.keys(["ann!p1"]), b"\xffnot ours"))
+    assert bodies.read(["ann!p1"], {}).texts == {"ann!p1": "héllo <b>"}  # filled again
+    cache.delete_many(bodies.keys(["ann!p1", "ann!p2"]))  # evicted: filled from the store
+    assert bodies.read(["ann!p1", "ann!p2"], {}).texts == {"ann!p1": "héllo <b>", "ann!p2": None}
+
+
+def test_a_fill_that_read_the_store_before_a_deletion_never_writes_the_post_back(
+    raced: tuple[RacedStore, PostBodies], cache: MemcacheCluster
+) -> None:
+    store, bodies = raced
+    store.store_posts([PostRecord("ann", "p1", 5, "text")])  # no item: readers fill it
+    store.meanwhile = lambda: delete(store, bodies, P)
+    first = bodies.read(["ann!p1"], {})
+    assert first.texts == {"ann!p1": "text"}  # read concurrently with the deletion
+    assert cache.get_many(bodies.keys(["ann!p1"])) == dict.fromkeys(
+        bodies.keys(["ann!p1"]), DELETED
+    )
+    assert bodies.read(["ann!p1"], {}).gone == {"ann!p1"}
+
+
+def test_a_fill_whose_item_vanished_after_its_gets_writes_nothing(
+    raced: tuple[RacedStore, PostBodies], cache: MemcacheCluster
+) -> None:
+    store, bodies = raced
+    store.store_posts([PostRecord("ann", "p1", 5, "text")])
+    keys = bodies.keys(["ann!p1"])
+
+    def evicted_then_deleted() -> None:
+        cache.delete_many(keys)
+        store.delete_posts([P])  # the tombstone's item write is lost with the server
+
+    store.meanwhile = evicted_then_deleted
+    bodies.read(["ann!p1"], {})
+    assert cache.get_many(keys) == {}  # the CAS found no item
+    assert bodies.read(["ann!p1"], {}).gone == {"ann!p1"}  # the next fill reads the tombstone
+
+
+def test_storing_a_post_racing_its_deletion_leaves_it_deleted(
+    raced: tuple[RacedStore, PostBodies], cache: MemcacheCluster
+) -> None:
+    """The fan-out's store step is the same fence: its CAS of the live text comes after a
+    deletion that ran between its store write and its CAS, and fails."""
+    store, bodies = raced
+    store.meanwhile = lambda: delete(store, bodies, P)
+    stored = bodies.store([PostRecord("ann", "p1", 5, "text")])
+    assert stored == {P: PostRecord("ann", "p1", 5, "text")}  # stored before the deletion
+    assert bodies.read(["ann!p1"], {}).gone == {"ann!p1"}
+    assert bodies.store([PostRecord("ann", "p1", 5, "text")]) == {}  # and again: deleted
+    assert bodies.read(["ann!p1"], {}).gone == {"ann!p1"}
+
+
+def test_a_deletion_before_its_post_and_an_evicted_tombstone_stay_deleted(
+    raced: tuple[RacedStore, PostBodies], cache: MemcacheCluster
+) -> None:
+    store, bodies = raced
+    delete(store, bodies, P)
+    assert bodies.store([PostRecord("ann", "p1", 5, "text")]) == {}
+    cache.delete_many(bodies.keys(["ann!p1"]))
+    assert bodies.read(["ann!p1"], {}).gone == {"ann!p1"}
+    assert cache.get_many(bodies.keys(["ann!p1"])) == dict.fromkeys(
+        bodies.keys(["ann!p1"]), DELETED
+    )
