@@ -16,7 +16,8 @@ in its group. Three paths by follower count:
 
 A ``post_deleted`` is applied before the batch's posts: the store's tombstone (permanent), then
 the post's body item set to deleted (graph/timelines/post_bodies.py: every page reads through
-it, so no timeline is touched), then a celebrity author's cached recent posts rewritten from the
+it, so no timeline is touched), the author's page item dropped (graph/timelines/author_pages.py,
+as after every post stored), then a celebrity author's cached recent posts rewritten from the
 store. A post of the same batch, or any later one, with a deleted id is not delivered.
 """
 
@@ -33,6 +34,7 @@ from graph import EdgeStore, ListKind, ListRef, ListStore
 from graph.lists.capped import CappedListStore
 from graph.lists.tokens import token
 from graph.model.edges import PostRecord, PostRef
+from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.post_bodies import PostBodies
 from graph.timelines.reader import TimelineEntry
@@ -70,6 +72,7 @@ class FanoutApplier:
         celebrity_threshold: int,
         celebrity_posts: CelebrityPosts,
         bodies: PostBodies,
+        author_pages: AuthorPages,
     ) -> None:
         self.store = store
         self.follow_lists = follow_lists
@@ -79,6 +82,7 @@ class FanoutApplier:
         self.celebrity_threshold = celebrity_threshold
         self.celebrity_posts = celebrity_posts
         self.bodies = bodies
+        self.author_pages = author_pages
         self.stats = FanoutStats()
 
     def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> None:
@@ -135,10 +139,12 @@ class FanoutApplier:
         self._account(posts, delivered_posts)
 
     def _delete(self, posts: list[PostRef]) -> None:
-        """Tombstones, then body items, then celebrities' cached posts: each step after the
-        one it depends on, each idempotent, so a retried batch repeats them all."""
+        """Tombstones, then body items, author pages and celebrities' cached posts: each step
+        after the store write it depends on, each idempotent, so a retried batch repeats them
+        all."""
         self.store.delete_posts(posts)
         self.bodies.delete(posts)
+        self.author_pages.invalidate([p.author for p in posts])
         celebrities = {p.author for p in posts} & self.store.celebrities()
         self.celebrity_posts.refresh(celebrities)
         self.stats.deleted += len(posts)

@@ -15,6 +15,7 @@ from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, open_edge_store
 from graph.lists.capped import CappedListStore
 from graph.lists.token_lists import ListStats
+from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.fetch import ReadMemory
 from graph.timelines.page_memo import PageMemo
@@ -155,6 +156,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
+    bodies = PostBodies(timelines.cache, store, timelines.keys)
     return FanoutApplier(
         store,
         follow_lists,
@@ -164,7 +166,8 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
         settings.chunk_size,
         settings.celebrity_threshold,
         celebrity_posts(settings, store, timelines),
-        PostBodies(timelines.cache, store, timelines.keys),
+        bodies,
+        AuthorPages(timelines.cache, store, timelines.keys, bodies),
     )
 
 

@@ -1,6 +1,7 @@
 """``GET /v1/users/{user}/posts``: a page of one author's posts, newest first, with their
-texts (graph/timelines/author_pages.py). Not cached: a page is one index range whatever the
-author's number of posts, as a member page is (api/routes/users.py)."""
+texts (graph/timelines/author_pages.py): from the event loop when the author's item and the
+posts' bodies are cached (graph/timelines/warm_reads.py), else on a backend thread. An empty
+page goes to the thread, which tells a known author with no posts from an unknown user."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from api.context import context
 from api.problems import Problem, invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
-from graph.timelines.author_pages import author_page, page_body
+from graph.timelines.author_pages import page_body
 from graph.timelines.entries import CURSOR_PATTERN
 from graph.timelines.reader import BadCursor
 
@@ -22,7 +23,7 @@ DEFAULT_LIMIT = 50
 
 def read_posts(backends: Backends, user: str, limit: int, cursor: str | None) -> bytes:
     try:
-        page = author_page(backends.store, user, limit, cursor)
+        page = backends.timelines.author_pages.page(user, limit, cursor)
     except BadCursor:
         raise bad_cursor() from None
     if not page.posts:
@@ -36,6 +37,13 @@ async def author_posts(request: Request) -> Response:
     ctx.guard.read_lists(request)
     limit = params.limit(request, DEFAULT_LIMIT)
     cursor = params.cursor(request)
+    if ctx.warm is not None:
+        try:
+            page = await ctx.warm.author_page(user, limit, cursor)
+        except BadCursor:
+            raise bad_cursor() from None
+        if page is not None and page.posts:
+            return json_response(dumps(page_body(page)))
     return json_response(await ctx.pool.run(read_posts, user, limit, cursor))
 
 

@@ -11,7 +11,7 @@ import orjson
 from fanout import wiring
 from fanout.commands.base import Subcommands, user_ids
 from fanout.settings import Settings
-from graph.timelines.author_pages import author_page, page_body
+from graph.timelines.author_pages import page_body
 from graph.timelines.reader import BadCursor
 
 
@@ -30,7 +30,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     (user,) = user_ids([args.user])
     store = wiring.edge_store(settings)
     try:
-        page = author_page(store, user, args.limit, args.before)
+        page = wiring.timeline_reader(settings, store).author_pages.page(
+            user, args.limit, args.before
+        )
     except BadCursor as exc:
         raise SystemExit(f"--before: {exc}") from None
     finally:

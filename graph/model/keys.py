@@ -18,6 +18,7 @@ from schemas import all_valid_ids, is_valid_id
 
 SEP = b"|"
 CELEBRITY_POSTS = "cp"
+AUTHOR_POSTS = "ap"
 # memcached keys: printable ASCII without spaces, at most 250 bytes. The namespace is a setting,
 # not user input, but it is checked all the same: it must not hold the separator.
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,32}")
@@ -57,6 +58,10 @@ class KeySpace:
         """``{ns}|cp|{user}``: a celebrity's recent posts (graph/timelines/celebrity_posts.py).
         ``cp`` is no list kind, so these never meet a list's keys."""
         return self._user_keys(CELEBRITY_POSTS, users)
+
+    def author_posts_keys(self, users: Sequence[str]) -> list[bytes]:
+        """``{ns}|ap|{user}``: an author's newest posts (graph/timelines/author_pages.py)."""
+        return self._user_keys(AUTHOR_POSTS, users)
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
         if not all_valid_ids(users):

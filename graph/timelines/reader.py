@@ -25,6 +25,7 @@ from graph.lists.capped import CappedListStore
 from graph.lists.sharded import ListStore
 from graph.model.edges import EdgeStore, Snapshot
 from graph.model.keys import ListKind, ListRef
+from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.entries import BadCursor, TimelineEntry
 from graph.timelines.fetch import Fetched, ReadMemory, TimelineFetch
@@ -100,6 +101,7 @@ class TimelineReader:
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
         self.bodies = PostBodies(timelines.cache, store, timelines.keys)
+        self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies)
 
     def page(
         self, user: str, limit: int = 50, cursor: str | None = None, got: Fetched | None = None

@@ -31,10 +31,11 @@ so the loop's reader and its record are never used by two reads at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from graph.model.edges import EdgeChange, PostKey, PostRecord, PostRef
 from graph.model.keys import ListRef
+from graph.timelines.author_pages import AuthorPage
 from graph.timelines.fetch import Remembered
 from graph.timelines.page_memo import PageKey, PageMemo
 from graph.timelines.reader import BadCursor, TimelinePage, TimelineReader
@@ -45,6 +46,7 @@ from memcache.async_cluster import AsyncMemcache
 # after its head), then celebrities it follows that were not remembered, then the bodies of
 # posts its page shows that were not remembered (graph/timelines/post_bodies.py).
 ROUND_TRIPS = 4
+T = TypeVar("T")
 
 
 class NotWarm(Exception):
@@ -258,13 +260,28 @@ class WarmReads:
         cursor: str | None,
     ) -> tuple[TimelinePage | None, int]:
         """The page from ``batch`` (read with ``batch_keys(user, last)``) and the multi-GETs it
-        needed after it, run by run (module docstring), with how many there were."""
+        needed after it (module docstring), with how many there were."""
+        reader = self._reader
+        return await self._replayed(
+            lambda: reader.page(user, limit, cursor, reader.fetcher.settle(user, last, dict(batch)))
+        )
+
+    async def author_page(self, user: str, limit: int, cursor: str | None) -> AuthorPage | None:
+        """The page ``AuthorPages.page`` would return (graph/timelines/author_pages.py), or None
+        when it is not warm. Raises ``BadCursor`` and ``CacheUnavailable`` as that does."""
+        pages = self._reader.author_pages
+        page, _ = await self._replayed(lambda: pages.page(user, limit, cursor))
+        return page
+
+    async def _replayed(self, read: Callable[[], T]) -> tuple[T | None, int]:
+        """``read()`` run by runs on the replay (module docstring): each run that stops at a
+        multi-GET beyond the record has it read on the loop and runs again; None when it needs
+        anything else, a corrupt member included. With the multi-GETs read after the first."""
         record: list[tuple[list[bytes], dict[bytes, Item]]] = []
         while len(record) <= ROUND_TRIPS:
             self._replay.replay(record)
             try:
-                got = self._reader.fetcher.settle(user, last, dict(batch))
-                return self._reader.page(user, limit, cursor, got), len(record)
+                return read(), len(record)
             except NotWarm as exc:
                 if exc.asked is None or len(record) == ROUND_TRIPS:
                     break

@@ -45,6 +45,7 @@ from graph.lists.token_lists import ListSettings, TokenLists
 from graph.model.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser, Snapshot
 from graph.model.keys import SEP, ListKind, ListRef
 from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.post_bodies import PostBodies
 from graph.timelines.reader import TimelineReader, TimelineSource
@@ -365,6 +366,7 @@ class Process:
         # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
         # must not expire by the wall clock, or a seed would not replay.
         celebrities = CelebrityPosts(cache, store, self.timelines.keys, knobs.cap, LEASE_S)
+        bodies = PostBodies(cache, store, self.timelines.keys)
         self.fanout = FanoutApplier(
             store,
             self.lists,
@@ -373,7 +375,8 @@ class Process:
             10**6,
             10**9,
             celebrities,
-            PostBodies(cache, store, self.timelines.keys),
+            bodies,
+            AuthorPages(cache, store, self.timelines.keys, bodies),
         )
         self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap, celebrities)
 
