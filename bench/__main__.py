@@ -20,6 +20,7 @@ BENCHMARKS = {
     "member-pages": "bench.member_pages",
     "group-protocol": "bench.group_protocol",
     "heavy-following": "bench.heavy_following",
+    "post-deletion": "bench.post_deletion",
 }
 
 

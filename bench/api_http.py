@@ -1,10 +1,12 @@
 """6. The HTTP API under ``wrk``: home timeline reads/s and p50/p99 at 16, 64 and 256
-connections against a 10k-user graph, next to the same server's ``/healthz`` at the same
-concurrency (the framework's ceiling, measured in the same run, in alternation: ``ROUNDS``).
+connections against a 10k-user graph, and author pages at 16 and 64, next to the same server's
+``/healthz`` at the same concurrency (the framework's ceiling, measured in the same run, in
+alternation: ``ROUNDS``).
 
-The graph (each user follows 20 others; 5 posts per user over the last day) is written to the
-edge store directly, and every timeline is materialised in memcached before the server starts,
-as the consumers would leave them; the read path is the one after that. Timeline paths cycle
+The graph (each user follows 20 others; 5 posts per user over the last day, each with a text of
+``TEXT_LEN`` characters) is written to the edge store directly, and every timeline, post body
+and author page is materialised in memcached before the server starts, as the consumers and
+earlier readers would leave them; the read path is the one after that. Timeline paths cycle
 through every user (each wrk thread from its own offset), so reads spread over the cache
 instead of hitting one hot item. ``FANOUT_BENCH_API_WORKERS`` (default 2, one per core here)
 sets ``fanout serve --workers``; ``FANOUT_API_THREADS`` and the other API settings pass through
@@ -29,7 +31,9 @@ from graph.model.edges import EdgeChange, PostRecord
 FOLLOWS_PER_USER = 20
 POSTS_PER_USER = 5
 CONNECTIONS = (16, 64, 256)
+AUTHOR_CONNECTIONS = (16, 64)
 LIMIT = 50
+TEXT_LEN = 140
 # Timeline and /healthz runs at each concurrency, in this many alternating pairs: the machine
 # drifts between a fast and a slow state within minutes (the same code's share of the ceiling
 # moved between 0.33 and 0.71 from one 4 s pair to the next), so a ratio is only as good as
@@ -45,11 +49,28 @@ def run(settings: Settings, report: Report) -> None:
         names = _build_graph(s, users)
         warm_s = _materialise(s, names)
         rng = random.Random(6)
-        paths = [f"/v1/timelines/{u}?limit={LIMIT}" for u in rng.sample(names, len(names))]
+        order = rng.sample(names, len(names))
+        paths = [f"/v1/timelines/{u}?limit={LIMIT}" for u in order]
+        author_paths = [f"/v1/users/{u}/posts?limit={LIMIT}" for u in order]
+        rounds = 2 if report.quick else ROUNDS
         with api_server(s, "--workers", workers) as base:
             run_wrk(base, paths, 16, seconds)  # warm the server: connections, code paths
-            results = _measure(base, paths, seconds, 2 if report.quick else ROUNDS)
+            run_wrk(base, author_paths, 16, seconds)
+            results = _measure(base, paths, seconds, rounds, CONNECTIONS)
+            authors = _measure(base, author_paths, seconds, rounds, AUTHOR_CONNECTIONS)
     bars = []
+    for c, pairs in authors.items():
+        shares = sorted(t.per_s / h.per_s for t, h in pairs)
+        report.add(
+            connections=c,
+            author_pages_per_s=_rate([t for t, _ in pairs]),
+            author_p50_ms=statistics.median(t.p50_ms for t, _ in pairs),
+            author_p99_ms=statistics.median(t.p99_ms for t, _ in pairs),
+            healthz_per_s=_rate([h for _, h in pairs]),
+            of_ceiling=round(statistics.median(shares), 3),
+            of_ceiling_pairs=[round(share, 3) for share in shares],
+        )
+        bars.append((f"author pages c{c}", _rate([t for t, _ in pairs])))
     for c, pairs in results.items():
         tl, health = [t for t, _ in pairs], [h for _, h in pairs]
         shares = sorted(t.per_s / h.per_s for t, h in pairs)
@@ -88,7 +109,7 @@ def _build_graph(s: Settings, users: int) -> list[str]:
         for start in range(0, len(changes), 10_000):
             store.apply(changes[start : start + 10_000])
         posts = [
-            PostRecord(name, f"p{i}x{k}", now - rng.randrange(86_400_000))
+            PostRecord(name, f"p{i}x{k}", now - rng.randrange(86_400_000), _text(rng))
             for i, name in enumerate(names)
             for k in range(POSTS_PER_USER)
         ]
@@ -107,20 +128,25 @@ def _materialise(s: Settings, names: list[str]) -> float:
         reader = wiring.timeline_reader(s, store)
         for name in names:
             reader.read(name, limit=LIMIT)
+            reader.author_pages.page(name, LIMIT, None)
     finally:
         store.close()
     return round(time.perf_counter() - started, 1)
 
 
+def _text(rng: random.Random) -> str:
+    return "".join(rng.choices("abcdefghij klmnopqrst uvwxyz", k=TEXT_LEN))
+
+
 def _measure(
-    base: str, paths: list[str], seconds: float, rounds: int
+    base: str, paths: list[str], seconds: float, rounds: int, connections: tuple[int, ...]
 ) -> dict[int, list[tuple[WrkResult, WrkResult]]]:
     """At each concurrency, ``rounds`` pairs of a timeline run and a ``/healthz`` run of
     ``seconds / rounds`` each, the order flipped every pair (t h, h t, t h, ...), so that a slow
     moment of the (shared) machine hits both sides of a ratio rather than one."""
     results: dict[int, list[tuple[WrkResult, WrkResult]]] = {}
     each = max(1.0, seconds / rounds)
-    for c in CONNECTIONS:
+    for c in connections:
         pairs = []
         for round_ in range(rounds):
             first, second = (paths, ["/healthz"]) if round_ % 2 == 0 else (["/healthz"], paths)

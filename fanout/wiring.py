@@ -156,7 +156,8 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
-    bodies = PostBodies(timelines.cache, store, timelines.keys)
+    heal_s = timelines.settings.heal_s
+    bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
     return FanoutApplier(
         store,
         follow_lists,
@@ -167,7 +168,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
         settings.celebrity_threshold,
         celebrity_posts(settings, store, timelines),
         bodies,
-        AuthorPages(timelines.cache, store, timelines.keys, bodies),
+        AuthorPages(timelines.cache, store, timelines.keys, bodies, heal_s),
     )
 
 

@@ -85,11 +85,14 @@ class Newest:
 class AuthorPages:
     """Not thread-safe: one per thread or task (as the cache client)."""
 
-    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, bodies: PostBodies) -> None:
+    def __init__(
+        self, cache: Cache, store: EdgeStore, keys: KeySpace, bodies: PostBodies, heal_s: int
+    ) -> None:
         self._cache = cache
         self._store = store
         self._keys = keys
         self._bodies = bodies
+        self._expire = heal_s  # as every cached item (docs/guarantees.md, bounded self-healing)
 
     def keys(self, authors: list[str]) -> list[bytes]:
         return self._keys.author_posts_keys(authors)
@@ -143,12 +146,12 @@ class AuthorPages:
 
     def _fill(self, user: str, key: bytes) -> Newest:
         """The fence (module docstring): ``~`` ADDed, read with ``gets``, the store read, CAS."""
-        self._cache.add_many({key: FILLING})
+        self._cache.add_many({key: FILLING}, self._expire)
         seen: Item | None = self._cache.gets_many([key]).get(key)
         posts = self._store.author_posts(user, ITEM_POSTS + 1)
         value = Newest.encode(posts)
         if seen is not None and Newest.parse(seen.value) is None:
-            self._cache.cas_many({key: (value, seen.cas)})
+            self._cache.cas_many({key: (value, seen.cas)}, self._expire)
         return Newest.parse(value) or Newest([], True)
 
     def invalidate(self, authors: list[str]) -> None:

@@ -23,8 +23,9 @@ up) and stale celebrity items can still bring its name into a page's candidates:
 hides it all the same. Nothing depends on the order of deliveries, fills and deletions.
 
 Texts never change (a post published again keeps the first text, ``store_posts``), so an item
-once live stays right until the deletion rewrites it. No expiry: evicted items are filled
-again from the store, one query per page, not one per post.
+once live stays right until the deletion rewrites it. Items expire after ``heal_s``, as every
+cached item does (docs/guarantees.md, bounded self-healing); an expired or evicted item is
+filled again from the store, one query per page, not one per post.
 """
 
 from __future__ import annotations
@@ -95,10 +96,11 @@ def post_name(member: str) -> str:
 
 
 class PostBodies:
-    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace) -> None:
+    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, heal_s: int) -> None:
         self._cache = cache
         self._store = store
         self._prefix = f"{keys.namespace}|{CODE}|"
+        self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
 
     def keys(self, posts: Iterable[str]) -> list[bytes]:
         """Items of posts named ``{author}!{post_id}`` (ids already valid: they come from
@@ -121,7 +123,7 @@ class PostBodies:
         got = self._cache.gets_many(list(unread))
         empty = {k: p for k, p in unread.items() if k not in got}
         if empty:
-            self._cache.add_many(dict.fromkeys(empty, FILLING))
+            self._cache.add_many(dict.fromkeys(empty, FILLING), self._expire)
             got.update(self._cache.gets_many(list(empty)))
         fill = {}
         for key, post in unread.items():
@@ -161,7 +163,7 @@ class PostBodies:
             if item is not None:
                 writes[key] = (value, item.cas)
         if writes:
-            self._cache.cas_many(writes)  # a failed CAS: someone wrote since; theirs stands
+            self._cache.cas_many(writes, self._expire)  # failed: someone wrote since; theirs stands
 
     def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
         """``EdgeStore.store_posts`` inside the fence, so that the posts' items are live before
@@ -171,7 +173,7 @@ class PostBodies:
         yet. The store's answer is read after the ``gets``: the argument of the module
         docstring holds as for a reader's fill. A failed CAS is someone else's newer write."""
         keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
-        self._cache.add_many(dict.fromkeys(keys, FILLING))
+        self._cache.add_many(dict.fromkeys(keys, FILLING), self._expire)
         seen = self._cache.gets_many(keys)
         stored = self._store.store_posts(posts)
         writes: dict[bytes, tuple[bytes, bytes]] = {}
@@ -182,7 +184,7 @@ class PostBodies:
             record = stored.get(PostRef(post.author, post.post_id))
             writes[key] = (DELETED if record is None else _encode(record.text), item.cas)
         if writes:
-            self._cache.cas_many(writes)
+            self._cache.cas_many(writes, self._expire)
         return stored
 
     def delete(self, posts: Sequence[PostRef]) -> None:
@@ -191,7 +193,7 @@ class PostBodies:
         if not posts:
             return
         keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
-        outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED))
+        outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED), self._expire)
         failed = [k for k in keys if outcomes.get(k) is not Outcome.STORED]
         if failed:
             raise BodyWriteError(f"{len(failed)} deleted posts' items not written: {failed[0]!r}")

@@ -100,8 +100,9 @@ class TimelineReader:
             timelines.cache, store, timelines.keys, cap
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
-        self.bodies = PostBodies(timelines.cache, store, timelines.keys)
-        self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies)
+        heal_s = timelines.settings.heal_s
+        self.bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
+        self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies, heal_s)
 
     def page(
         self, user: str, limit: int = 50, cursor: str | None = None, got: Fetched | None = None

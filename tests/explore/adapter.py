@@ -366,7 +366,7 @@ class Process:
         # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
         # must not expire by the wall clock, or a seed would not replay.
         celebrities = CelebrityPosts(cache, store, self.timelines.keys, knobs.cap, LEASE_S)
-        bodies = PostBodies(cache, store, self.timelines.keys)
+        bodies = PostBodies(cache, store, self.timelines.keys, LEASE_S)
         self.fanout = FanoutApplier(
             store,
             self.lists,
@@ -376,7 +376,7 @@ class Process:
             10**9,
             celebrities,
             bodies,
-            AuthorPages(cache, store, self.timelines.keys, bodies),
+            AuthorPages(cache, store, self.timelines.keys, bodies, LEASE_S),
         )
         self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap, celebrities)
 

@@ -37,8 +37,8 @@ class RacedStore(SqliteEdgeStore):
 class Author:
     def __init__(self, store: RacedStore, cache: MemcacheCluster, unique: str) -> None:
         self.store = store
-        self.bodies = PostBodies(cache, store, KeySpace(unique))
-        self.pages = AuthorPages(cache, store, KeySpace(unique), self.bodies)
+        self.bodies = PostBodies(cache, store, KeySpace(unique), 3600)
+        self.pages = AuthorPages(cache, store, KeySpace(unique), self.bodies, 3600)
 
     def post(self, *posts: PostRecord) -> None:
         """The fan-out's order: the store (with the bodies), then the authors' items."""

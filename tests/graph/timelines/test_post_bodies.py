@@ -41,7 +41,7 @@ class RacedStore(SqliteEdgeStore):
 @pytest.fixture
 def raced(tmp_path: object, cache: MemcacheCluster, unique: str) -> tuple[RacedStore, PostBodies]:
     store = RacedStore(f"{tmp_path}/edges.db")
-    return store, PostBodies(cache, store, KeySpace(unique))
+    return store, PostBodies(cache, store, KeySpace(unique), 3600)
 
 
 def delete(store: SqliteEdgeStore, bodies: PostBodies, *refs: PostRef) -> None:
@@ -123,3 +123,18 @@ def test_a_deletion_before_its_post_and_an_evicted_tombstone_stay_deleted(
     assert cache.get_many(bodies.keys(["ann!p1"])) == dict.fromkeys(
         bodies.keys(["ann!p1"]), DELETED
     )
+
+
+def test_every_body_item_expires_within_heal_s(
+    tmp_path: object, cache: MemcacheCluster, unique: str
+) -> None:
+    """As every cached item (bounded self-healing): stored, filled and deleted items alike."""
+    store = SqliteEdgeStore(f"{tmp_path}/edges.db")
+    bodies = PostBodies(cache, store, KeySpace(unique), 7)
+    bodies.store([PostRecord("ann", "p1", 5, "text")])
+    store.store_posts([PostRecord("ann", "p2", 6)])
+    bodies.read(["ann!p2"], {})  # filled by a reader
+    bodies.delete([PostRef("ann", "p3")])
+    items = cache.gets_many(bodies.keys(["ann!p1", "ann!p2", "ann!p3"]))
+    assert len(items) == 3 and all(0 < item.ttl <= 7 for item in items.values())
+    store.close()
