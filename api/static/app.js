@@ -125,16 +125,24 @@ const timeline = pager(
     $("timeline-end").hidden = body.next !== null;
     return { items: body.posts, next: body.next };
   },
-  (post) => {
-    const id = document.createElement("span");
-    id.className = "post-id";
-    id.textContent = post.post_id;
-    const when = document.createElement("span");
-    when.className = "when";
-    when.textContent = new Date(post.ts).toLocaleString();
-    return item(userLink(post.author), " ", id, " ", when);
-  },
+  (post) => item(userLink(post.author), " ", ...postParts(post)),
 );
+
+// A post's id, text and time, as every list of posts shows them. The text is set with
+// textContent like everything else, so a post that reads like markup is shown as the
+// characters it is.
+function postParts(post) {
+  const id = document.createElement("span");
+  id.className = "post-id";
+  id.textContent = post.post_id;
+  const text = document.createElement("span");
+  text.className = "text";
+  text.textContent = post.text === null ? "" : post.text;
+  const when = document.createElement("span");
+  when.className = "when";
+  when.textContent = new Date(post.ts).toLocaleString();
+  return [id, " ", text, " ", when];
+}
 
 // Publishes the post's deletion, then reloads the posts: the post is gone once the fan-out
 // consumer has applied the deletion.
@@ -157,8 +165,7 @@ function deleteButton(post) {
   return button;
 }
 
-// The user's own posts with their texts; a text is set with textContent like everything else,
-// so a post that reads like markup is shown as the characters it is.
+// The user's own posts with their texts.
 const posts = pager(
   "posts",
   "posts-more",
@@ -169,16 +176,7 @@ const posts = pager(
     return { items: body.posts, next: body.next };
   },
   (post) => {
-    const id = document.createElement("span");
-    id.className = "post-id";
-    id.textContent = post.post_id;
-    const text = document.createElement("span");
-    text.className = "text";
-    text.textContent = post.text === null ? "" : post.text;
-    const when = document.createElement("span");
-    when.className = "when";
-    when.textContent = new Date(post.ts).toLocaleString();
-    const parts = [id, " ", text, " ", when];
+    const parts = postParts(post);
     if (post.author === current && mayDelete(post.author)) parts.push(deleteButton(post));
     return item(...parts);
   },

@@ -123,7 +123,7 @@ def test_the_page_shows_a_timeline_lists_and_lag_and_moves_around_the_graph(
 MARKUP = '<img src=x onerror="window.ran=1"><script>window.ran=2</script>'
 
 
-def test_a_users_own_posts_are_shown_with_their_texts_as_text_never_run(
+def test_posts_are_shown_with_their_texts_as_text_never_run(
     settings: Settings, browser: WebDriver
 ) -> None:
     publish(
@@ -145,6 +145,13 @@ def test_a_users_own_posts_are_shown_with_their_texts_as_text_never_run(
         assert browser.execute_script("return window.ran") is None  # shown, never run
         assert browser.find_elements(By.CSS_SELECTOR, "#posts img, #posts script") == []
         assert shown(browser, "error") == ""
+        browser.get("about:blank")
+        browser.get(f"{base}/#user=fan")  # the same posts in a follower's home timeline
+        wait_for(browser, "fan's timeline", lambda d: len(texts(d, "timeline")) == 2)
+        newest, oldest = texts(browser, "timeline")
+        assert newest.startswith(f"dave d2 {MARKUP}") and oldest.startswith("dave d1 plain")
+        assert browser.execute_script("return window.ran") is None
+        assert browser.find_elements(By.CSS_SELECTOR, "#timeline img, #timeline script") == []
 
 
 def delete_buttons(driver: WebDriver) -> list[WebElement]:
