@@ -14,7 +14,6 @@ from api.context import context
 from api.problems import Problem, invalid
 from api.routes.known import require_known
 from api.routing import ApiRoute, dumps, json_response, problems, responds
-from graph.timelines.author_pages import page_body
 from graph.timelines.entries import CURSOR_PATTERN
 from graph.timelines.reader import BadCursor
 
@@ -28,7 +27,7 @@ def read_posts(backends: Backends, user: str, limit: int, cursor: str | None) ->
         raise bad_cursor() from None
     if not page.posts:
         require_known(backends, [("user", user)])
-    return dumps(page_body(page))
+    return dumps(page.body())
 
 
 async def author_posts(request: Request) -> Response:
@@ -43,7 +42,7 @@ async def author_posts(request: Request) -> Response:
         except BadCursor:
             raise bad_cursor() from None
         if page is not None and page.posts:
-            return json_response(dumps(page_body(page)))
+            return json_response(dumps(page.body()))
     return json_response(await ctx.pool.run(read_posts, user, limit, cursor))
 
 

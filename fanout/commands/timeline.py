@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-import orjson
 
 from fanout import wiring
-from fanout.commands.base import Subcommands, user_ids
+from fanout.commands.base import Subcommands, page_arguments, print_page, user_ids
 from fanout.settings import Settings
 from graph.timelines.reader import BadCursor
 
@@ -16,11 +13,7 @@ from graph.timelines.reader import BadCursor
 def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("timeline", help="a user's home timeline, newest first")
     p.add_argument("user")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument(
-        "--before", metavar="CURSOR", help="start after this entry (a cursor printed by a read)"
-    )
-    p.add_argument("--json", action="store_true")
+    page_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -31,11 +24,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         page = wiring.timeline_reader(settings, store).page(user, args.limit, args.before)
     except BadCursor as exc:
         raise SystemExit(f"--before: {exc}") from None
-    if args.json:
-        sys.stdout.write(orjson.dumps(page.body()).decode() + "\n")
-    else:
-        for e, text in zip(page.entries, page.texts, strict=True):
-            print(f"{e.ts}  {e.author:<20} {e.post_id}  {text or ''}")
-        if page.next is not None:
-            print(f"next page: --before {page.next}")
+    lines = (
+        f"{e.ts}  {e.author:<20} {e.post_id}  {text or ''}"
+        for e, text in zip(page.entries, page.texts, strict=True)
+    )
+    print_page(args, page.body(), lines, page.next)
     return 0

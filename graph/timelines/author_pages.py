@@ -43,13 +43,13 @@ class AuthorPage:
     posts: list[PostRecord]
     next: str | None  # the cursor of the last post shown; None at the end
 
-
-def page_body(page: AuthorPage) -> dict[str, object]:
-    """The page as the API and ``fanout posts --json`` give it."""
-    posts = [
-        {"post_id": p.post_id, "author": p.author, "ts": p.ts, "text": p.text} for p in page.posts
-    ]
-    return {"user": page.user, "posts": posts, "next": page.next}
+    def body(self) -> dict[str, object]:
+        """The page as the API and ``fanout posts --json`` give it."""
+        posts = [
+            {"post_id": p.post_id, "author": p.author, "ts": p.ts, "text": p.text}
+            for p in self.posts
+        ]
+        return {"user": self.user, "posts": posts, "next": self.next}
 
 
 class Newest:
