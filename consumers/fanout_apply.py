@@ -106,6 +106,7 @@ class FanoutApplier:
             # delivered as the same timeline entry as the first time. A deleted post is not in
             # the answer, and is not delivered.
             stored = self.bodies.store(posts)
+            self.author_pages.invalidate([p.author for p in posts])
             posts = [stored[ref] for p in posts if (ref := PostRef(p.author, p.post_id)) in stored]
             pulse()
         deliveries: list[Delivery] = []

@@ -60,6 +60,8 @@ def test_deleted_posts_leave_every_page_before_or_after_delivery_and_stay_delete
             author = "u0" if post_id.endswith("0") else "u1"
             publisher.publish({"type": "post_deleted", "author": author, "post_id": post_id})
     consume(settings, "fanout")
+    for author in ("u0", "u1"):  # their (empty) author items are cached from here on
+        assert reader.author_pages.page(author, 10, None).posts == []
     with wiring.publisher(settings) as publisher:
         for i in range(200):
             post_id = f"p{i}"
@@ -80,6 +82,11 @@ def test_deleted_posts_leave_every_page_before_or_after_delivery_and_stay_delete
 
     # Deleted after delivery: the newest posts of full timelines, a celebrity's, a chunked
     # author's. Pages stay as long as the store's (older posts come up from regeneration).
+    for author in ("u0", "u1"):
+        page = reader.author_pages.page(author, 500, None)
+        assert [p.post_id for p in page.posts] == [
+            p.post_id for p in sorted(live, reverse=True) if p.author == author
+        ]
     late = {p.post_id for p in sorted(live, reverse=True)[:40:2]}
     late |= {p.post_id for p in live if p.author in ("u0", "u1") and p.post_id < "p4"}
     with wiring.publisher(settings) as publisher:
@@ -96,10 +103,12 @@ def test_deleted_posts_leave_every_page_before_or_after_delivery_and_stay_delete
     assert all(text == texts[e.post_id] for s in shown.values() for e, text in s)
     assert sum(len(t) == CAP for t in expected.values()) > 10  # capped pages were exercised
 
-    store = wiring.edge_store(settings)
-    for author in ("u0", "u1"):
+    for author in ("u0", "u1"):  # author pages, read before and after the deletions
         mine = sorted((p for p in live if p.author == author), reverse=True)
-        assert [p.post_id for p in store.author_posts(author, 500)] == [p.post_id for p in mine]
+        page = reader.author_pages.page(author, 500, None)
+        assert [(p.post_id, p.text) for p in page.posts] == [
+            (p.post_id, texts[p.post_id]) for p in mine
+        ]
 
     # A replay of the posts from the beginning publishes nothing deleted again; and a cache
     # loss regenerates the same pages.
