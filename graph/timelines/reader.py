@@ -174,11 +174,32 @@ class TimelineReader:
             bodies = self.bodies.read(names, got.found)
             if bodies.gone <= gone:
                 break
+            self._drop_stale_celebrities(got, bodies.gone - gone)
             gone |= bodies.gone
         if cursor is None:  # the next first page asks for these in its first multi-GET
             self.fetcher.remember_bodies(user, self.bodies.keys([*names, *sorted(gone)]))
         texts = [bodies.texts.get(e.post) for e in entries]
         return Walked(entries, len(got.following), texts)
+
+    def _drop_stale_celebrities(self, got: Fetched, deleted: set[str]) -> None:
+        """A celebrity's cached posts holding a deleted post are stale: written from a store
+        read before the deletion (the consumer rewrites them after it; a zombie or a replay can
+        write an older answer after that). They lack the older post the view shows in its
+        place, so they are dropped and rebuilt from the store, by this read, at once (a warm
+        read hands this to the blocking one)."""
+        authors = sorted({post.partition("!")[0] for post in deleted} & set(got.celebrities))
+        if not authors:
+            return
+        recent = self.celebrity_posts.posts(authors, got.found)
+        stale = [
+            author
+            for author, r in zip(authors, recent, strict=True)
+            if any(post_name(m) in deleted for m in r.members)
+        ]
+        if stale:
+            self.celebrity_posts.drop(stale)
+            for key in self.celebrity_posts.keys(stale):
+                got.found.pop(key, None)
 
     def _walked_above(self, got: Fetched, down_to: str) -> list[str]:
         """Posts of authors followed at or above ``down_to``, among the delivered members and

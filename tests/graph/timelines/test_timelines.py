@@ -15,7 +15,7 @@ import pytest
 from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
 from graph.lists.capped import CappedListStore
 from graph.lists.tokens import token
-from graph.model.edges import EdgeStore, PostRecord
+from graph.model.edges import EdgeStore, PostRecord, PostRef
 from graph.stores.sqlite import SqliteEdgeStore
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.fetch import ReadMemory, Remembered
@@ -396,3 +396,25 @@ def test_a_celebrity_set_too_large_to_cache_is_read_from_the_store_and_said_once
     assert reads == [[TimelineEntry(1000, "star", "s1")]] * 3
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
     assert "over memcached's item size" in caplog.records[0].getMessage()
+
+
+def test_a_stale_celebrity_item_holding_a_deleted_post_is_rebuilt_so_the_page_stays_full(
+    cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """A celebrity's cached posts written from a store read before a deletion (a zombie's or a
+    replay's refresh landing after the live one) hold the deleted post and lack the older post
+    shown in its place: the read that finds the post deleted rebuilds them, so the page is the
+    store's view, not one short."""
+    s = make(cache, sqlite_store, unique, cap=4)
+    s.follow("me", "star")
+    assert s.reader.read("me") == []  # cached empty: the star's posts come from its item only
+    for i in range(6):
+        s.celebrity_post("star", f"s{i}", 1000 + i)
+    key = s.celebrities.keys(["star"])[0]
+    stale = cache.get_many([key])[key]
+    ref = PostRef("star", "s5")
+    sqlite_store.delete_posts([ref])
+    s.reader.bodies.delete([ref])
+    s.celebrities.refresh(["star"])
+    cache.set_many({key: stale}, 30)  # the late, stale refresh
+    assert [e.post_id for e in s.reader.read("me", 4)] == ["s4", "s3", "s2", "s1"]
