@@ -66,7 +66,7 @@ class AntiEntropy:
         if ref.kind is not ListKind.TIMELINE:
             return cached
         following = frozenset(self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user)))
-        return frozenset(e.member for e in self._reader.view(cached, following))
+        return frozenset(e.member for e in self._reader.view(ref.user, cached, following))
 
     def check(
         self,

@@ -160,24 +160,31 @@ class TimelineReader:
     def _shown(self, user: str, got: Fetched, limit: int, cursor: str | None) -> Walked:
         """The page walked through the posts that exist (graph/timelines/post_bodies.py): the
         bodies of the entries a walk would show are read, and while some say deleted the walk
-        is done again without them. A page shorter than ``limit`` ends the view, which is
-        where the cap cuts: there the bodies of every post walked above it are read too, so
-        that deleted posts are not counted towards the cap (the view is the newest ``cap``
-        posts that exist)."""
+        is done again without them, reading ahead further each time (twice as far, plus the
+        deletions just found and a page), so a run of deleted posts costs a few rounds, not one
+        per post.
+        A walk shorter than it asked ends the view, which is where the cap cuts: there the
+        bodies of every post walked above it are read too, so that deleted posts are not
+        counted towards the cap (the view is the newest ``cap`` posts that exist)."""
         gone: frozenset[str] = frozenset()
+        ahead = 0
         while True:
-            entries = self._walk(user, got, limit, cursor, gone)
+            entries = self._walk(user, got, limit + ahead, cursor, gone)
             names = [e.post for e in entries]
-            if len(entries) < limit:
+            if len(entries) < limit + ahead:
                 down_to = entries[-1].member if entries else (cursor or "")
                 names = list(dict.fromkeys(names + self._walked_above(got, down_to)))
             bodies = self.bodies.read(names, got.found)
-            if bodies.gone <= gone:
+            found = bodies.gone - gone
+            if not found:
                 break
-            self._drop_stale_celebrities(got, bodies.gone - gone)
-            gone |= bodies.gone
+            self._drop_stale_celebrities(got, found)
+            gone |= found
+            ahead = 2 * ahead + len(found) + limit
+        entries = entries[:limit]
         if cursor is None:  # the next first page asks for these in its first multi-GET
-            self.fetcher.remember_bodies(user, self.bodies.keys([*names, *sorted(gone)]))
+            shown = [e.post for e in entries]
+            self.fetcher.remember_bodies(user, self.bodies.keys([*shown, *sorted(gone)]))
         texts = [bodies.texts.get(e.post) for e in entries]
         return Walked(entries, len(got.following), texts)
 
@@ -267,11 +274,28 @@ class TimelineReader:
             m.split("!")[1] not in following or post_name(m) in gone for m in delivered
         )
 
-    def view(self, delivered: Iterable[str], following: frozenset[str]) -> list[TimelineEntry]:
+    def view(
+        self, user: str, delivered: Iterable[str], following: frozenset[str]
+    ) -> list[TimelineEntry]:
         """What a reader is shown of a cached timeline, in full: entries of authors followed
         now, the celebrities' recent posts merged in, one entry per post that exists, newest
-        ``cap`` first (``fanout verify`` compares this with the store)."""
+        ``cap`` first (``fanout verify`` compares this with the store). Where a reader would
+        regenerate (a full timeline that holds posts deleted or of authors not followed, when
+        the view reaches below its floor), this is the view of what the regeneration reads."""
+        members = sorted(delivered)
         recent = self.celebrity_posts.followed(following)
-        candidates = sorted(chain(delivered, *(r.members for r in recent)))
-        gone = frozenset(self.bodies.read(followed_posts(candidates, following, ""), {}).gone)
-        return visible_page(candidates, following, self._cap, self._cap, gone=gone) or []
+        regenerated = False
+        while True:
+            candidates = sorted(chain(members, *(r.members for r in recent)))
+            posts = followed_posts(candidates, following, "")
+            gone = frozenset(self.bodies.read(posts, {}).gone)
+            floor = "" if regenerated else self.kept_from(members)
+            shown = visible_page(candidates, following, self._cap, self._cap, None, floor, gone)
+            if shown is not None:
+                return shown
+            if not self.displaced(frozenset(members), following, gone):
+                return visible_page(candidates, following, self._cap, self._cap, gone=gone) or []
+            members = sorted(
+                self.timelines.source.snapshot(ListRef(ListKind.TIMELINE, user)).members
+            )
+            regenerated = True
