@@ -281,6 +281,7 @@ WRITES = frozenset(
         "fault.evict",
         "fault.restart",
         "fault.lease-expiry",
+        "fault.lose-bodies",
     }
 )
 
@@ -593,6 +594,9 @@ class World:
         if call == "fault.lease-expiry":  # what it expired, or would expire now
             claims = args[0] if args else sorted(self.building)
             return footprint("cache.delete_many", (claims,))
+        if call == "fault.lose-bodies":  # what it lost, or would lose now
+            bodies = args[0] if args else [k for k in self.present if self._is_body(k)]
+            return footprint("cache.delete_many", (bodies,))
         return footprint(call, args)
 
     def expire_leases(self) -> list[bytes]:
@@ -607,6 +611,16 @@ class World:
         self.cluster.delete_many(claims)
         self._forget(claims)
         return claims
+
+    def lose_bodies(self) -> list[bytes]:
+        """Every post body item believed present, deleted (graph/timelines/post_bodies.py)."""
+        lost = sorted(k for k in self.present if self._is_body(k))
+        self.cluster.delete_many(lost)
+        self._forget(lost)
+        return lost
+
+    def _is_body(self, key: bytes) -> bool:
+        return key.startswith(f"{self.namespace}|{post_bodies.CODE}|".encode())
 
     def restart(self, half: int) -> list[bytes]:
         """A memcached server restart, placement-independent: every key of this schedule in
@@ -695,6 +709,8 @@ class World:
         if call == "fault.lease-expiry":
             expired = args[0] if args else []
             return f"LEASES EXPIRE: {' '.join(sorted(self.short(k) for k in expired)) or '-'}"
+        if call == "fault.lose-bodies":
+            return f"BODIES LOST: {' '.join(self.short(k) for k in (args[0] if args else []))}"
         if call == "fault.restart":
             lost = sorted(self.short(k) for k in result or [])
             return f"RESTART half {args[0]}: lost {len(lost)} keys {' '.join(lost)}"
@@ -908,8 +924,9 @@ class _Forensics:
 
     def _body_after_deletion(self, author: str, post: str) -> str:
         """A deleted post shown: the post's body item was written live after a deletion's SET
-        of ``x`` (the fence of graph/timelines/post_bodies.py broken), or no deletion ever
-        wrote it (the consumer skipped the item)."""
+        of ``x`` (the fence of graph/timelines/post_bodies.py broken), no deletion ever wrote
+        it (the consumer skipped the item), or it said deleted and the page showed the post
+        all the same."""
         key = f"{self.ns}|{post_bodies.CODE}|{author}|{post}".encode()
         deleted = False
         for s in self.steps:
@@ -923,7 +940,7 @@ class _Forensics:
                 deleted = True
             elif deleted and value != post_bodies.FILLING:
                 return "body-resurrected"
-        return "" if deleted else "deletion-unwritten"
+        return "body-ignored" if deleted else "deletion-unwritten"
 
     def _stuck_writer(self, detail: str) -> str:
         """A writer that gave up on a list (ListWriteError) because its newest shard and that

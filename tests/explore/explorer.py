@@ -209,6 +209,8 @@ class Workload:
     restart: float = 0.15
     invalidate: float = 0.4
     lease_expiry: float = 0.4
+    body_loss: float = 0.0  # chance of post body items lost a batch before a deletion
+    polls: tuple[int, int] = (5, 10)  # reads of the poller
 
     @property
     def live(self) -> list[Event]:
@@ -264,7 +266,8 @@ def workload(scenario: str, rng: random.Random) -> Workload:
         log = Log(rng, [*authors, *readers], 2)
         for author in authors * 2:
             log.post(author)
-        for _ in range(rng.randint(1, 3)):
+        # Deletions matter in timelines that hold the posts: there readers follow more.
+        for _ in range(rng.randint(1, 3) if scenario == "timeline" else rng.randint(3, 5)):
             log.graph_event(readers, authors, unfollow=0.0)
         setup = len(log.events)
         for _ in range(rng.randint(6, 12)):
@@ -274,7 +277,7 @@ def workload(scenario: str, rng: random.Random) -> Workload:
                 log.graph_event(readers, authors, unfollow=0.35)
         timelines = [("timeline", r) for r in readers]
         lists = _graph_lists([*authors, *readers]) + timelines
-        warm = [i for i in lists if rng.random() < 0.7]
+        warm = [i for i in lists if rng.random() < (0.7 if scenario == "timeline" else 0.9)]
         return Workload(
             log,
             setup,
@@ -285,7 +288,12 @@ def workload(scenario: str, rng: random.Random) -> Workload:
             zombie=0.2,
             readers=2 if scenario == "timeline" else 3,
             timeline_readers=readers,
-            evictions=(1, 3) if scenario == "timeline" else (1, 5),
+            # Lost body items are filled by readers from the store: where a deletion can race
+            # a fill (graph/timelines/post_bodies.py, the fence).
+            evictions=(1, 3) if scenario == "timeline" else (2, 6),
+            restart=0.15 if scenario == "timeline" else 0.3,
+            body_loss=0.0 if scenario == "timeline" else 0.8,
+            polls=(5, 10) if scenario == "timeline" else (10, 20),
         )
     if scenario == "hotlist":
         users = [f"u{i}" for i in range(10)]
@@ -380,17 +388,35 @@ class Actors:
         crash: float,
         twice: float,
         wake_at: int = 0,
+        lose: float = 0.0,
     ) -> None:
         """A graph consumer on one partition (or a fan-out consumer): batches in order,
         some delivered twice, some crashing after the store step and then delivered again;
-        a transient error retries the batch, as the consume loop does."""
+        a transient error retries the batch, as the consume loop does.
+
+        ``lose``: the chance that every post body item is lost (memcached evicting a whole
+        slab class of small items) a few steps before a batch that deletes posts arrives:
+        pages read meanwhile fill the bodies from the store, and the deletion races those
+        fills (the fence of graph/timelines/post_bodies.py)."""
         modes = [
             "crash" if r < crash else "twice" if r < crash + twice else "once"
             for r in (self.rng.random() for _ in batches)
         ]
+        gaps = [0] * len(batches)  # steps between a loss and the batch; 0: no loss
+        if lose:
+            deleting = [any(e.kind == "deleted" for e in b) for b in batches]
+            gaps = [
+                self.rng.randint(4, 24) if d and self.rng.random() < lose else 0 for d in deleting
+            ]
 
         def body(proc: adapter.Process) -> None:
-            for batch, mode in zip(batches, modes, strict=True):
+            for batch, mode, gap in zip(batches, modes, gaps, strict=True):
+                if gap:
+                    step = self.sched.pause("fault.lose-bodies")
+                    lost = self.world.lose_bodies()
+                    if step is not None:
+                        step.args, step.done = (lost,), True
+                    self.sched.idle_until(len(self.sched.steps) + gap)
                 if mode == "crash" and any(e.kind not in POST_KINDS for e in batch):
                     self.sched.note("crash-after-store", (" ".join(map(str, batch)),))
                     proc.apply_store_only(batch)
@@ -488,6 +514,21 @@ class Actors:
         self.spawn("restart", body, at)
 
 
+def replay(
+    actors: Actors, load: Workload, rng: random.Random, name: str, topic: Callable[[Event], bool]
+) -> None:
+    """A writer replaying one partition of a topic (the events ``topic`` selects) from an old
+    offset to somewhere in the live part, over the live consumers."""
+    p = rng.randrange(load.log.partitions)
+    part = [e for e in load.log.events if e.partition == p and topic(e)]
+    old = sum(1 for e in part if e not in load.live)
+    if len(part) >= 2:
+        start = rng.randrange(min(old + 1, len(part) - 1))
+        end = rng.randint(start + 2, len(part))
+        replayed = _batches(rng, part[start:end])
+        actors.writer(name, replayed, 0.0, 0.0, wake_at=rng.randrange(load.horizon // 3))
+
+
 def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
     """The actors of one schedule, drawn from its workload."""
     log, horizon = load.log, load.horizon
@@ -499,20 +540,15 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
             actors.writer(f"graph{p}", writers[p], load.crash, load.twice)
     posts = [e for e in load.live if e.kind in POST_KINDS]
     if posts:
-        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice)
+        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice, lose=load.body_loss)
     if writers and rng.random() < load.zombie:  # still applying the batches it had
         p = rng.choice(sorted(writers))
         batches = writers[p][rng.randrange(len(writers[p])) :]
         actors.writer("zombie", batches, 0.0, 0.0, wake_at=rng.randrange(horizon // 4))
-    if rng.random() < load.replay:  # from an old offset to somewhere in the live part
-        p = rng.randrange(log.partitions)
-        part = [e for e in log.events if e.partition == p and e.kind not in POST_KINDS]
-        old = sum(1 for e in part if e not in load.live)
-        if len(part) >= 2:
-            start = rng.randrange(min(old + 1, len(part) - 1))
-            end = rng.randint(start + 2, len(part))
-            replayed = _batches(rng, part[start:end])
-            actors.writer("replay", replayed, 0.0, 0.0, wake_at=rng.randrange(horizon // 3))
+    if rng.random() < load.replay:
+        replay(actors, load, rng, "replay", lambda e: e.kind not in POST_KINDS)
+    if posts and rng.random() < load.replay:  # ``fanout replay posts`` over the live fan-out
+        replay(actors, load, rng, "replay-posts", lambda e: e.kind in POST_KINDS)
     hot = load.hot()
     timelines = [("timeline", u) for u in load.timeline_readers]
     for i in range(load.readers):
@@ -521,7 +557,7 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
             # its authors' follower lists and a home page its timeline
             ids = rng.sample(hot, min(len(hot), rng.randint(1, 2)))
             ids += [t for t in rng.sample(timelines, min(1, len(timelines))) if t not in ids]
-            reads = [(rng.randrange(horizon), ids) for _ in range(rng.randint(5, 10))]
+            reads = [(rng.randrange(horizon), ids) for _ in range(rng.randint(*load.polls))]
         for _ in range(rng.randint(2, 5) if i else 0):  # a browser: anything, now and then
             pool = hot if rng.random() < 0.7 else load.lists
             ids = rng.sample(pool, min(len(pool), rng.randint(1, 3)))
