@@ -42,17 +42,25 @@ from graph.failures import Failure as FailureClass
 from graph.lists.capped import CappedListStore
 from graph.lists.sharded import ListStore
 from graph.lists.token_lists import ListSettings, TokenLists
-from graph.model.edges import EdgeChange, EdgeState, EdgeStore, RemovedUser, Snapshot
+from graph.model.edges import (
+    EdgeChange,
+    EdgeState,
+    EdgeStore,
+    RemovedUser,
+    Snapshot,
+    StoredBodies,
+)
 from graph.model.keys import SEP, ListKind, ListRef
 from graph.stores.sqlite import SqliteEdgeStore
+from graph.timelines import post_bodies
 from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
 from graph.timelines.post_bodies import PostBodies
-from graph.timelines.reader import TimelineReader, TimelineSource
+from graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
 from memcache.cluster import MemcacheCluster, Outcome
 from producers.publisher import DeliveryReport
-from schemas import AnyEvent, Follow, Post, Unfollow, UserRemoved
-from tests.explore.model import Event, ListId
+from schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
+from tests.explore.model import POST_KINDS, Entry, Event, ListId
 from tests.explore.scheduler import Proxy, Scheduler, Step
 
 __all__ = [
@@ -73,7 +81,8 @@ PROJECT_API = (
     "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
     "graph.lists.fencing.new_generation/LEASE_S/BUILDING; graph.model.keys.SEP",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
-    "FanoutApplier(..., CelebrityPosts).apply(batch); TimelineSource.snapshot, TimelineReader",
+    "FanoutApplier(..., CelebrityPosts, PostBodies).apply(batch); TimelineSource.snapshot",
+    "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
     "consumers.failures.classify: which errors a consumer retries",
 )
@@ -142,7 +151,7 @@ class _YieldingConnection:
 
     def _pause(self, sql: str) -> None:
         if not self._conn.in_transaction:
-            table = re.search(r"\b(edges|users|posts|celebrities)\b", sql)
+            table = re.search(r"\b(edges|users|posts|deleted_posts|celebrities)\b", sql)
             call = f"sql.{sql.split()[0].lower()}"
             self._scheduler.pause(call, (table[0] if table else "", self._store.users))
 
@@ -201,14 +210,15 @@ def _store_users(method: str, args: tuple[Any, ...]) -> frozenset[str]:
         return frozenset([first.user])
     if method == "recent_posts":
         return frozenset(first)
-    if method == "store_posts":
+    if method in ("store_posts", "delete_posts", "post_bodies"):
         return frozenset(p.author for p in first)
     return frozenset()
 
 
 def footprint(call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
-    """The users a call is about: a store call's edges or lists, the owners of the cache keys
-    (``{ns}|{kind}|{user}...``). None for faults, which may hit anything. The scheduler lets
+    """The users a call is about: a store call's edges, lists or posts' authors, the owners of
+    the cache keys (``{ns}|{kind}|{user}...``; a post's body item ``{ns}|pb|{author}|{post_id}``
+    is its author's). None for faults, which may hit anything. The scheduler lets
     a writer whose footprint meets a reader's go next: a conflict, not just any write."""
     if call.startswith("fault."):
         return None
@@ -234,6 +244,7 @@ READS = frozenset(
         "store.snapshot",
         "store.positions",
         "store.recent_posts",
+        "store.post_bodies",
         "store.followers",
         "store.following",
         "sql.select",
@@ -255,6 +266,7 @@ WRITES = frozenset(
         "store.apply",
         "store.remove_user",
         "store.store_posts",
+        "store.delete_posts",
         "sql.begin",
         "cache.add_many",
         "cache.append_many",
@@ -270,6 +282,7 @@ WRITES = frozenset(
         "fault.evict",
         "fault.restart",
         "fault.lease-expiry",
+        "fault.lose-bodies",
     }
 )
 
@@ -298,6 +311,10 @@ def _canonical(method: str, args: tuple[Any, ...], result: Any) -> Any:
     return result
 
 
+def _entries(entries: Iterable[TimelineEntry]) -> list[Entry]:
+    return [(e.ts, e.author, e.post_id) for e in entries]
+
+
 def _ref(list_id: ListId) -> ListRef:
     kind, user = list_id
     return ListRef(ListKind.TIMELINE if kind == TIMELINE else KINDS[kind], user)
@@ -310,11 +327,13 @@ def _event(e: Event) -> AnyEvent:
         return Unfollow(type="unfollow", follower=e.user, followee=e.other, ts=e.ts)
     if e.kind == "removed":
         return UserRemoved(type="user_removed", user=e.user, ts=e.ts)
+    if e.kind == "deleted":
+        return PostDeleted(type="post_deleted", author=e.user, post_id=e.other, ts=e.ts)
     return Post(type="post", author=e.user, post_id=e.other, ts=e.ts)
 
 
 def positioned(e: Event) -> Positioned:
-    topic = "x.posts" if e.kind == "post" else "x.graph"
+    topic = "x.posts" if e.kind in POST_KINDS else "x.graph"
     key = (e.other if e.kind in ("follow", "unfollow") else e.user).encode()
     return Positioned(
         _event(e), position(e.ts, e.offset), Origin(topic, e.partition, e.offset, key), b""
@@ -330,6 +349,7 @@ class Process:
         import random
 
         rng = random.Random(seed)
+        self._rng = rng
         raw = SqliteEdgeStore(world.db_path)
         self._raw = raw
         scheduler = world.scheduler
@@ -382,8 +402,8 @@ class Process:
 
     def apply(self, events: Sequence[Event]) -> None:
         """One batch, as the consumer of its topic applies it."""
-        posts = [positioned(e) for e in events if e.kind == "post"]
-        edges = [positioned(e) for e in events if e.kind != "post"]
+        posts = [positioned(e) for e in events if e.kind in POST_KINDS]
+        edges = [positioned(e) for e in events if e.kind not in POST_KINDS]
         if edges:
             self.graph.apply(edges)
         if posts:
@@ -392,17 +412,34 @@ class Process:
     def apply_store_only(self, events: Sequence[Event]) -> None:
         """A consumer that crashed after the edge-store step of a graph batch, before its
         lists: the batch is not committed and will be delivered again."""
-        self.graph.record([positioned(e) for e in events if e.kind != "post"])
+        self.graph.record([positioned(e) for e in events if e.kind not in POST_KINDS])
 
     def read(self, ids: Sequence[ListId]) -> None:
         """Readers: follower/following lists in one ``read_many``; a timeline through the
-        real read path (following list, timeline, celebrity merge)."""
+        real read path (following list, timeline, celebrity merge, post bodies), as a first
+        page of 50, or pages of one or two walked down (deep pages read the bodies above
+        their cursor)."""
         refs = [_ref(i) for i in ids if i[0] != TIMELINE]
         if refs:
             self.lists.read_many(refs)
         for kind, user in ids:
             if kind == TIMELINE:
-                self.reader.read(user)
+                limit = self._rng.choice([1, 2, 50])
+                self.pages(user, limit, pages=1 if limit == 50 else self._rng.randint(1, 3))
+
+    def pages(self, user: str, limit: int, pages: int | None = None) -> list[Entry]:
+        """A home timeline walked ``pages`` pages of ``limit`` down (all of them: None), each
+        from the previous page's cursor; their entries in order."""
+        entries: list[Entry] = []
+        cursor: str | None = None
+        while pages is None or pages > 0:
+            page = self.reader.page(user, limit, cursor)
+            entries += _entries(page.entries)
+            cursor = page.next
+            if cursor is None:
+                break
+            pages = None if pages is None else pages - 1
+        return entries
 
     def invalidate(self, ids: Sequence[ListId]) -> None:
         self._split(ids, lambda lists, refs: lists.invalidate(refs))
@@ -560,6 +597,9 @@ class World:
         if call == "fault.lease-expiry":  # what it expired, or would expire now
             claims = args[0] if args else sorted(self.building)
             return footprint("cache.delete_many", (claims,))
+        if call == "fault.lose-bodies":  # what it lost, or would lose now
+            bodies = args[0] if args else [k for k in self.present if self._is_body(k)]
+            return footprint("cache.delete_many", (bodies,))
         return footprint(call, args)
 
     def expire_leases(self) -> list[bytes]:
@@ -575,6 +615,16 @@ class World:
         self._forget(claims)
         return claims
 
+    def lose_bodies(self) -> list[bytes]:
+        """Every post body item believed present, deleted (graph/timelines/post_bodies.py)."""
+        lost = sorted(k for k in self.present if self._is_body(k))
+        self.cluster.delete_many(lost)
+        self._forget(lost)
+        return lost
+
+    def _is_body(self, key: bytes) -> bool:
+        return key.startswith(f"{self.namespace}|{post_bodies.CODE}|".encode())
+
     def restart(self, half: int) -> list[bytes]:
         """A memcached server restart, placement-independent: every key of this schedule in
         one half of a fixed hash is lost at once. (A real flush of one server would lose the
@@ -588,24 +638,46 @@ class World:
     # -- the verdict ------------------------------------------------------------------------------
 
     def observe(self, ids: Sequence[ListId]) -> list[tuple[ListId, frozenset[str], frozenset[str]]]:
-        """For each list: what one read after quiescence returns (rebuilding it if absent) and
-        what the store says it must be. A timeline is compared as a reader sees it, a page of
-        ``cap`` entries (posts of authors no longer followed are filtered at read time by
-        design, and entries below the cap are not shown); what must match is the regeneration
-        from the store."""
+        """For each follower/following list: what one read after quiescence returns
+        (rebuilding it if absent) and what the store says it must be."""
+        proc = self.process(seed=0, scheduled=False)
+        try:
+            graph_ids = [i for i in ids if i[0] != TIMELINE]
+            cached = proc.lists.read_many([_ref(i) for i in graph_ids])
+            return [
+                (i, cached[_ref(i)], frozenset(proc.store.all_members(_ref(i)))) for i in graph_ids
+            ]
+        finally:
+            proc.close()
+
+    def observe_timelines(
+        self, ids: Sequence[ListId]
+    ) -> list[tuple[ListId, list[tuple[str, list[Entry]]], list[Entry]]]:
+        """For each timeline: what a reader is shown after quiescence, every way it can be
+        read (a page of ``cap``; all pages of one, then of two, each from the last one's
+        cursor; ``TimelineReader.view`` of the cached timeline, what ``fanout verify``
+        compares, if it is cached), and the regeneration from the store. Each is the whole
+        view: the newest ``cap`` live posts of the authors followed (posts of authors no
+        longer followed are filtered at read time by design, deleted posts skipped, and
+        entries below the cap not shown)."""
         proc = self.process(seed=0, scheduled=False)
         try:
             out = []
-            graph_ids = [i for i in ids if i[0] != TIMELINE]
-            cached = proc.lists.read_many([_ref(i) for i in graph_ids])
-            for list_id in graph_ids:
-                ref = _ref(list_id)
-                out.append((list_id, cached[ref], frozenset(proc.store.all_members(ref))))
             for list_id in (i for i in ids if i[0] == TIMELINE):
-                ref = _ref(list_id)
-                page = proc.reader.read(list_id[1], limit=self.knobs.cap)
-                view = frozenset(entry.member for entry in page)
-                out.append((list_id, view, frozenset(proc.source.snapshot(ref).members)))
+                ref, user = _ref(list_id), list_id[1]
+                reads = [
+                    ("page of cap", proc.pages(user, self.knobs.cap, pages=1)),
+                    ("pages of 1", proc.pages(user, 1)),
+                    ("pages of 2", proc.pages(user, 2)),
+                ]
+                cached = proc.timelines.cached_many([ref]).get(ref)
+                if cached is not None:
+                    following = proc.store.all_members(_ref(("following", user)))
+                    view = proc.reader.view(user, cached, frozenset(following))
+                    reads.append(("view", _entries(view)))
+                members = proc.source.snapshot(ref).members
+                regenerated = _entries(map(TimelineEntry.parse, members))
+                out.append((list_id, reads, regenerated))
             return out
         finally:
             proc.close()
@@ -640,6 +712,8 @@ class World:
         if call == "fault.lease-expiry":
             expired = args[0] if args else []
             return f"LEASES EXPIRE: {' '.join(sorted(self.short(k) for k in expired)) or '-'}"
+        if call == "fault.lose-bodies":
+            return f"BODIES LOST: {' '.join(self.short(k) for k in (args[0] if args else []))}"
         if call == "fault.restart":
             lost = sorted(self.short(k) for k in result or [])
             return f"RESTART half {args[0]}: lost {len(lost)} keys {' '.join(lost)}"
@@ -741,6 +815,15 @@ class World:
         if name == "recent_posts":
             posts = [f"{p.author}/{p.post_id}" for p in result] if done else "…"
             return f"({sorted(args[0])}) → {posts}"
+        if name in ("store_posts", "delete_posts", "post_bodies"):
+            sent = " ".join(f"{p.author}/{p.post_id}" for p in args[0])
+            if not done or name == "delete_posts":
+                return f"({sent})"
+            if name == "store_posts":  # the live ones, as stored (absent: deleted)
+                return f"({sent}) live=[{' '.join(f'{r.author}/{r.post_id}' for r in result)}]"
+            bodies: StoredBodies = result
+            gone = " ".join(sorted(f"{r.author}/{r.post_id}" for r in bodies.deleted))
+            return f"({sent}) live={len(bodies.texts)} deleted=[{gone}]"
         return f"{args}"
 
     # -- attribution ------------------------------------------------------------------------------
@@ -795,6 +878,8 @@ class _Forensics:
         if kind == TIMELINE:
             _, author, post = member.split("!")
             edge = (user, author)
+            if failure.kind == "deleted_shown":
+                return self._body_after_deletion(author, post)
         else:
             edge, post = ((member, user) if kind == "followers" else (user, member)), ""
         if failure.kind == "store_vs_model":
@@ -839,6 +924,26 @@ class _Forensics:
         if self._lease_lost(key, rebuilder, commit):
             return "lease-lost"
         return ""
+
+    def _body_after_deletion(self, author: str, post: str) -> str:
+        """A deleted post shown: the post's body item was written live after a deletion's SET
+        of ``x`` (the fence of graph/timelines/post_bodies.py broken), no deletion ever wrote
+        it (the consumer skipped the item), or it said deleted and the page showed the post
+        all the same."""
+        key = f"{self.ns}|{post_bodies.CODE}|{author}|{post}".encode()
+        deleted = False
+        for s in self.steps:
+            if not s.done or s.call not in ("cache.set_many", "cache.add_many", "cache.cas_many"):
+                continue
+            if s.result.get(key) is not Outcome.STORED:
+                continue
+            written = s.args[0][key]
+            value = written[0] if isinstance(written, tuple) else written
+            if value == post_bodies.DELETED:
+                deleted = True
+            elif deleted and value != post_bodies.FILLING:
+                return "body-resurrected"
+        return "body-ignored" if deleted else "deletion-unwritten"
 
     def _stuck_writer(self, detail: str) -> str:
         """A writer that gave up on a list (ListWriteError) because its newest shard and that

@@ -25,11 +25,12 @@ from pathlib import Path
 
 from memcache.cluster import MemcacheCluster
 from tests.explore import adapter
-from tests.explore.model import Event, GraphModel, Kind, ListId
+from tests.explore.model import POST_KINDS, Entry, Event, GraphModel, Kind, ListId
 from tests.explore.scheduler import Aborted, Hang, Scheduler, Step
 
-SCENARIOS = ("graph", "removal", "hotlist", "timeline")
-DEFAULT_SCHEDULES = 100  # per scenario: 400 in all, ~30 s on two busy cores
+SCENARIOS = ("graph", "removal", "hotlist", "timeline", "deletion")
+TIMELINE_SCENARIOS = ("timeline", "deletion")
+DEFAULT_SCHEDULES = 100  # per scenario: 500 in all
 WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
 
 
@@ -108,6 +109,7 @@ class Log:
         # than those of another, so a late-applied follow can be older than a removal.
         self._skew = [rng.choice([0, 0, -2, -4]) for _ in range(partitions)]
         self._posts = 0
+        self._pending: list[tuple[str, str]] = []  # deleted before they were published
 
     def partition_of(self, key: str) -> int:
         return log_partition(self.users, key, self.partitions)
@@ -122,9 +124,35 @@ class Log:
         self.events.append(event)
         return event
 
-    def post(self, author: str) -> Event:
+    def post(self, author: str, post_id: str | None = None) -> Event:
+        """A new post, or (``post_id``) a post id published again."""
+        if post_id is None:
+            self._posts += 1
+            post_id = f"p{self._posts}"
+        return self.add("post", author, post_id)
+
+    def post_or_delete(self, authors: Sequence[str], deletions: float) -> Event:
+        """A new post or, with probability ``deletions``, a deletion: mostly of one of the newest
+        live posts (those a capped timeline shows), else of a post not published yet (its
+        ``post`` comes at a later call: a deletion that arrives first), or a deleted post's id
+        published again. A post deleted ahead is published at the next call, half the time."""
+        rng = self.rng
+        if self._pending and rng.random() < 0.5:
+            return self.post(*self._pending.pop(0))
+        if rng.random() >= deletions:
+            return self.post(rng.choice(authors))
+        model = GraphModel(self.events)
+        live = [p for p in model.posts if p not in model.deleted]
+        r = rng.random()
+        if r < 0.6 and live:
+            return self.add("deleted", *live[-1 - min(int(rng.expovariate(0.7)), len(live) - 1)])
+        published = sorted(model.deleted & model.posts.keys())
+        if r < 0.8 and published:
+            return self.post(*rng.choice(published))
         self._posts += 1
-        return self.add("post", author, f"p{self._posts}")
+        ahead = (rng.choice(authors), f"p{self._posts}")
+        self._pending.append(ahead)
+        return self.add("deleted", *ahead)
 
     def graph_event(
         self,
@@ -181,6 +209,8 @@ class Workload:
     restart: float = 0.15
     invalidate: float = 0.4
     lease_expiry: float = 0.4
+    body_loss: float = 0.0  # chance of post bodies lost just before a deleting batch
+    polls: tuple[int, int] = (5, 10)  # reads of the poller
 
     @property
     def live(self) -> list[Event]:
@@ -201,7 +231,7 @@ class Workload:
                     hot[("timeline", e.user)] = None
             elif e.kind == "removed":
                 for other in self.log.events:
-                    if e.user in (other.user, other.other) and other.kind != "post":
+                    if e.user in (other.user, other.other) and other.kind not in POST_KINDS:
                         hot.update(dict.fromkeys(_graph_lists([other.user, other.other])))
         return [i for i in self.lists if i in hot] or self.lists
 
@@ -224,27 +254,47 @@ def workload(scenario: str, rng: random.Random) -> Workload:
     - ``hotlist``: one user follows and unfollows many, so its following list, written from
       both partitions, rolls over (tiny shards) and is compacted under concurrent writers
       while keys are evicted;
-    - ``timeline``: readers follow and unfollow authors who post; home timelines are read,
-      regenerated and invalidated by the follows."""
-    if scenario == "timeline":
+    - ``timeline``: readers follow and unfollow authors who post (and now and then delete
+      posts); home timelines are read, regenerated and invalidated by the follows;
+    - ``deletion``: the same with posts and deletions most of the time (deletions of the
+      newest posts, deletions ahead of their posts, deleted ids published again, the posts
+      topic replayed), timelines paged by more readers, and every post body lost a few steps
+      before a deleting batch arrives."""
+    if scenario in TIMELINE_SCENARIOS:
         # Every author has older posts, so a follow that a regenerated timeline misses shows.
         readers, authors = ["r0", "r1"], ["a0", "a1", "a2"]
+        posts, deletions = (0.4, 0.2) if scenario == "timeline" else (0.7, 0.45)
         log = Log(rng, [*authors, *readers], 2)
         for author in authors * 2:
             log.post(author)
-        for _ in range(rng.randint(1, 3)):
+        # Deletions matter in timelines that hold the posts: there readers follow more.
+        for _ in range(rng.randint(1, 3) if scenario == "timeline" else rng.randint(3, 5)):
             log.graph_event(readers, authors, unfollow=0.0)
         setup = len(log.events)
         for _ in range(rng.randint(6, 12)):
-            if rng.random() < 0.4:
-                log.post(rng.choice(authors))
+            if rng.random() < posts:
+                log.post_or_delete(authors, deletions)
             else:
                 log.graph_event(readers, authors, unfollow=0.35)
         timelines = [("timeline", r) for r in readers]
         lists = _graph_lists([*authors, *readers]) + timelines
-        warm = [i for i in lists if rng.random() < 0.7]
+        warm = [i for i in lists if rng.random() < (0.7 if scenario == "timeline" else 0.9)]
         return Workload(
-            log, setup, lists, warm, crash=0.1, replay=0.2, zombie=0.2, timeline_readers=readers
+            log,
+            setup,
+            lists,
+            warm,
+            crash=0.1,
+            replay=0.2,
+            zombie=0.2,
+            readers=2 if scenario == "timeline" else 3,
+            timeline_readers=readers,
+            # Lost body items are filled by readers from the store: where a deletion can race
+            # a fill (graph/timelines/post_bodies.py, the fence).
+            evictions=(1, 3) if scenario == "timeline" else (2, 6),
+            restart=0.15 if scenario == "timeline" else 0.3,
+            body_loss=0.0 if scenario == "timeline" else 0.8,
+            polls=(5, 10) if scenario == "timeline" else (10, 20),
         )
     if scenario == "hotlist":
         users = [f"u{i}" for i in range(10)]
@@ -339,18 +389,36 @@ class Actors:
         crash: float,
         twice: float,
         wake_at: int = 0,
+        lose: float = 0.0,
     ) -> None:
         """A graph consumer on one partition (or a fan-out consumer): batches in order,
         some delivered twice, some crashing after the store step and then delivered again;
-        a transient error retries the batch, as the consume loop does."""
+        a transient error retries the batch, as the consume loop does.
+
+        ``lose``: the chance that every post body item is lost (memcached evicting a whole
+        slab class of small items) a few steps before a batch that deletes posts arrives:
+        pages read meanwhile fill the bodies from the store, and the deletion races those
+        fills (the fence of graph/timelines/post_bodies.py)."""
         modes = [
             "crash" if r < crash else "twice" if r < crash + twice else "once"
             for r in (self.rng.random() for _ in batches)
         ]
+        gaps = [0] * len(batches)  # steps between a loss and the batch; 0: no loss
+        if lose:
+            deleting = [any(e.kind == "deleted" for e in b) for b in batches]
+            gaps = [
+                self.rng.randint(4, 24) if d and self.rng.random() < lose else 0 for d in deleting
+            ]
 
         def body(proc: adapter.Process) -> None:
-            for batch, mode in zip(batches, modes, strict=True):
-                if mode == "crash" and any(e.kind != "post" for e in batch):
+            for batch, mode, gap in zip(batches, modes, gaps, strict=True):
+                if gap:
+                    step = self.sched.pause("fault.lose-bodies")
+                    lost = self.world.lose_bodies()
+                    if step is not None:
+                        step.args, step.done = (lost,), True
+                    self.sched.idle_until(len(self.sched.steps) + gap)
+                if mode == "crash" and any(e.kind not in POST_KINDS for e in batch):
                     self.sched.note("crash-after-store", (" ".join(map(str, batch)),))
                     proc.apply_store_only(batch)
                 for _ in range(2 if mode == "twice" else 1):
@@ -447,31 +515,41 @@ class Actors:
         self.spawn("restart", body, at)
 
 
+def replay(
+    actors: Actors, load: Workload, rng: random.Random, name: str, topic: Callable[[Event], bool]
+) -> None:
+    """A writer replaying one partition of a topic (the events ``topic`` selects) from an old
+    offset to somewhere in the live part, over the live consumers."""
+    p = rng.randrange(load.log.partitions)
+    part = [e for e in load.log.events if e.partition == p and topic(e)]
+    old = sum(1 for e in part if e not in load.live)
+    if len(part) >= 2:
+        start = rng.randrange(min(old + 1, len(part) - 1))
+        end = rng.randint(start + 2, len(part))
+        replayed = _batches(rng, part[start:end])
+        actors.writer(name, replayed, 0.0, 0.0, wake_at=rng.randrange(load.horizon // 3))
+
+
 def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
     """The actors of one schedule, drawn from its workload."""
     log, horizon = load.log, load.horizon
     writers: dict[int, list[list[Event]]] = {}
     for p in range(log.partitions):
-        mine = [e for e in load.live if e.partition == p and e.kind != "post"]
+        mine = [e for e in load.live if e.partition == p and e.kind not in POST_KINDS]
         if mine:
             writers[p] = _batches(rng, mine)
             actors.writer(f"graph{p}", writers[p], load.crash, load.twice)
-    posts = [e for e in load.live if e.kind == "post"]
+    posts = [e for e in load.live if e.kind in POST_KINDS]
     if posts:
-        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice)
+        actors.writer("fanout", _batches(rng, posts, 2), 0.0, load.twice, lose=load.body_loss)
     if writers and rng.random() < load.zombie:  # still applying the batches it had
         p = rng.choice(sorted(writers))
         batches = writers[p][rng.randrange(len(writers[p])) :]
         actors.writer("zombie", batches, 0.0, 0.0, wake_at=rng.randrange(horizon // 4))
-    if rng.random() < load.replay:  # from an old offset to somewhere in the live part
-        p = rng.randrange(log.partitions)
-        part = [e for e in log.events if e.partition == p and e.kind != "post"]
-        old = sum(1 for e in part if e not in load.live)
-        if len(part) >= 2:
-            start = rng.randrange(min(old + 1, len(part) - 1))
-            end = rng.randint(start + 2, len(part))
-            replayed = _batches(rng, part[start:end])
-            actors.writer("replay", replayed, 0.0, 0.0, wake_at=rng.randrange(horizon // 3))
+    if rng.random() < load.replay:
+        replay(actors, load, rng, "replay", lambda e: e.kind not in POST_KINDS)
+    if posts and rng.random() < load.replay:  # ``fanout replay posts`` over the live fan-out
+        replay(actors, load, rng, "replay-posts", lambda e: e.kind in POST_KINDS)
     hot = load.hot()
     timelines = [("timeline", u) for u in load.timeline_readers]
     for i in range(load.readers):
@@ -480,7 +558,7 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
             # its authors' follower lists and a home page its timeline
             ids = rng.sample(hot, min(len(hot), rng.randint(1, 2)))
             ids += [t for t in rng.sample(timelines, min(1, len(timelines))) if t not in ids]
-            reads = [(rng.randrange(horizon), ids) for _ in range(rng.randint(5, 10))]
+            reads = [(rng.randrange(horizon), ids) for _ in range(rng.randint(*load.polls))]
         for _ in range(rng.randint(2, 5) if i else 0):  # a browser: anything, now and then
             pool = hot if rng.random() < 0.7 else load.lists
             ids = rng.sample(pool, min(len(pool), rng.randint(1, 3)))
@@ -525,7 +603,7 @@ def run_schedule(
         compact_write_prob=rng.choice([0.0, 0.1, 0.2]),
         # Timelines capped to a few entries, most of the time: trims then race deliveries that
         # a replay, a zombie or a redelivery brings late (posts older than the trim).
-        cap=rng.choice([2, 3, 4, 800]) if scenario == "timeline" else 800,
+        cap=rng.choice([2, 3, 4, 800]) if scenario in TIMELINE_SCENARIOS else 800,
     )
     run = Schedule(scenario, seed, knobs)
     load = workload(scenario, rng)
@@ -576,15 +654,22 @@ def run_schedule(
 
 
 def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
-    """After quiescence: one read of every list equals the store; the store equals the model."""
+    """After quiescence: one read of every follower/following list equals the store; every
+    way of reading a timeline shows what the model says; the store equals the model."""
     failures: list[Failure] = []
     for list_id, cached, stored in world.observe(load.lists):
-        family = "timeline" if list_id[0] == "timeline" else "list"
         for member in sorted(cached - stored):
-            failures.append(Failure(f"{family}_extra", list_id, member, "cached, not in store"))
+            failures.append(Failure("list_extra", list_id, member, "cached, not in store"))
         for member in sorted(stored - cached):
-            failures.append(Failure(f"{family}_missing", list_id, member, "in store, not cached"))
+            failures.append(Failure("list_missing", list_id, member, "in store, not cached"))
     model = GraphModel(run.events)
+    for list_id, reads, regenerated in world.observe_timelines(load.lists):
+        newest = model.timeline(list_id[1], world.knobs.cap)
+        for how, shown in reads:
+            failures += timeline_failures(list_id, how, shown, newest, model.deleted)
+        for entry in sorted(set(regenerated) ^ set(newest)):
+            detail = "regenerated, events say not shown" if entry in regenerated else "store lacks"
+            failures.append(Failure("store_vs_model", list_id, _member(entry), detail))
     for list_id, stored in world.stored(load.lists).items():
         expected = model.members(list_id)
         for member in sorted(stored ^ expected):
@@ -594,6 +679,38 @@ def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
         Failure(f.kind, f.list_id, f.member, f.detail, world.suspect(run.steps, run.events, f))
         for f in failures
     ]
+
+
+def timeline_failures(
+    list_id: ListId,
+    how: str,
+    shown: Sequence[Entry],
+    expected: Sequence[Entry],
+    deleted: set[tuple[str, str]],
+) -> list[Failure]:
+    """One way of reading a timeline against the model. A deleted post shown is a failure of
+    its own (``deleted_shown``); a post shown that the model does not expect, or expected and
+    not shown (a page cut short, a cap that counted deleted posts), and the right entries in
+    another order or twice, are the others."""
+    failures = []
+    for entry in shown:
+        if entry[1:] in deleted:
+            failures.append(Failure("deleted_shown", list_id, _member(entry), f"by {how}"))
+        elif entry not in expected:
+            failures.append(Failure("timeline_extra", list_id, _member(entry), f"by {how}"))
+    for entry in expected:
+        if entry not in shown:
+            detail = f"not shown by {how} ({len(shown)} of {len(expected)} entries)"
+            failures.append(Failure("timeline_missing", list_id, _member(entry), detail))
+    if not failures and list(shown) != list(expected):
+        # The first entry out of place, or the last one (shown twice)
+        first = next((a for a, b in zip(shown, expected, strict=False) if a != b), shown[-1])
+        failures.append(Failure("timeline_order", list_id, _member(first), f"by {how}: {shown}"))
+    return failures
+
+
+def _member(entry: Entry) -> str:
+    return "!".join(map(str, entry))
 
 
 # -- many schedules ------------------------------------------------------------------------------

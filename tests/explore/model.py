@@ -11,15 +11,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["follow", "unfollow", "removed", "post"]
+Kind = Literal["follow", "unfollow", "removed", "post", "deleted"]
+# Kinds on the posts topic (keyed by author, applied by the fan-out consumer).
+POST_KINDS = frozenset({"post", "deleted"})
 # A list, named without the project's types: ("followers" | "following" | "timeline", user).
 ListId = tuple[str, str]
+# A timeline entry, named without the project's types: (time, author, post id).
+Entry = tuple[int, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One log record. ``user``/``other``: follower/followee, removed user/"", author/post id.
-    ``partition``/``offset`` place it in the log; ``ts`` is its publish time in ms."""
+    """One log record. ``user``/``other``: follower/followee, removed user/"", author/post id
+    (a post and its deletion). ``partition``/``offset`` place it in the log; ``ts`` is its
+    publish time in ms."""
 
     kind: Kind
     user: str
@@ -39,6 +44,7 @@ class Event:
             "unfollow": f"{self.user}↛{self.other}",
             "removed": f"remove {self.user}",
             "post": f"post {self.user}/{self.other}",
+            "deleted": f"delete {self.user}/{self.other}",
         }[self.kind]
         return f"{what}@{self.ts}p{self.partition}o{self.offset}"
 
@@ -46,13 +52,21 @@ class Event:
 class GraphModel:
     """The graph the events define: per edge the newest follow/unfollow wins; a removal at
     position p switches off every edge of its user older than p and blocks follows older than
-    p, whatever order the events were applied in."""
+    p, whatever order the events were applied in. A post is its first ``post`` event (a post
+    published again keeps its first time); a post deleted by any event, before or after any of
+    its ``post`` events, is deleted for good."""
 
     def __init__(self, events: Iterable[Event]) -> None:
         self.latest: dict[tuple[str, str], Event] = {}
         self.removed: dict[str, tuple[int, int]] = {}
+        self.posts: dict[tuple[str, str], Event] = {}
+        self.deleted: set[tuple[str, str]] = set()
         for e in events:
-            if e.kind in ("follow", "unfollow"):
+            if e.kind == "post":
+                self.posts.setdefault((e.user, e.other), e)
+            elif e.kind == "deleted":
+                self.deleted.add((e.user, e.other))
+            elif e.kind in ("follow", "unfollow"):
                 seen = self.latest.get((e.user, e.other))
                 if seen is None or e.order > seen.order:
                     self.latest[(e.user, e.other)] = e
@@ -71,3 +85,13 @@ class GraphModel:
         if kind == "following":
             return frozenset(t for (f, t) in self.latest if f == user and self.active(f, t))
         raise ValueError(f"the model does not define {kind} lists")
+
+    def timeline(self, user: str, cap: int) -> list[Entry]:
+        """What a reader must be shown: the newest ``cap`` live posts of the authors ``user``
+        follows, newest first (time, then author and post id)."""
+        live = [
+            (e.ts, author, post_id)
+            for (author, post_id), e in self.posts.items()
+            if (author, post_id) not in self.deleted and self.active(user, author)
+        ]
+        return sorted(live, reverse=True)[:cap]

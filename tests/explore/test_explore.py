@@ -17,7 +17,9 @@ def _print(run: Schedule) -> None:
 
 # An unfenced design breaks these invariants (docs/testing.md lists how); the fenced design
 # must not: a plain assertion.
-def test_random_schedules_leave_every_list_equal_to_the_store(cache: MemcacheCluster) -> None:
+def test_random_schedules_leave_lists_equal_to_the_store_and_timelines_as_the_events_say(
+    cache: MemcacheCluster,
+) -> None:
     shown: set[str] = set()
 
     def show_first_of_each_kind(run: Schedule) -> None:

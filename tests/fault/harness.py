@@ -19,7 +19,7 @@ from typing import Any
 from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
-from graph.timelines.reader import TimelineEntry
+from graph.timelines.reader import TimelineEntry, TimelineReader
 from producers import EventPublisher
 from tests.conftest import settings_env
 
@@ -43,13 +43,19 @@ MONGO_BOTH_MODES = ("ferretdb-collection", "ferretdb-index") if MONGO else ()
 
 @dataclass
 class Model:
-    """The final state the events define: edges, and the posts each timeline must show."""
+    """The final state the events define: edges, and the posts each timeline must show (a
+    post deleted at any time, before or after it was published, never)."""
 
     cap: int
     edges: dict[tuple[str, str], bool] = field(default_factory=dict)
     posts: list[TimelineEntry] = field(default_factory=list)
     users: set[str] = field(default_factory=set)
     removals: int = 0
+    deleted: set[tuple[str, str]] = field(default_factory=set)  # (author, post id)
+    ahead: list[tuple[str, str]] = field(default_factory=list)  # deleted, not published yet
+
+    def live(self) -> list[TimelineEntry]:
+        return [p for p in self.posts if (p.author, p.post_id) not in self.deleted]
 
     def followers(self, user: str) -> set[str]:
         return {a for (a, b), on in self.edges.items() if on and b == user}
@@ -59,14 +65,18 @@ class Model:
 
     def timeline(self, user: str) -> list[TimelineEntry]:
         followees = self.following(user)
-        return sorted((p for p in self.posts if p.author in followees), reverse=True)[: self.cap]
+        return sorted((p for p in self.live() if p.author in followees), reverse=True)[: self.cap]
 
 
 def publish_mix(
     publisher: EventPublisher, model: Model, count: int, seed: int, users: int = 60
 ) -> None:
-    """Follows (with re-follows), unfollows, posts and a few removals, recorded in the model
-    as acknowledged."""
+    """Follows (with re-follows), unfollows, posts, deletions and a few removals, recorded in
+    the model as acknowledged. About one post in ten is deleted: mostly one of the last
+    hundred (what capped timelines show, most already delivered by the time its deletion is
+    consumed; a post and its deletion in one batch are never delivered), else one not
+    published yet (its post comes later: the deletion arrives first), and now and then a
+    deleted post's id is published again (it stays deleted)."""
     rng = random.Random(seed)
     names = [f"u{i}" for i in range(users)]
     model.users.update(names)
@@ -84,11 +94,17 @@ def publish_mix(
                     model.edges[edge] = False
             time.sleep(0.002)
             continue
+        if roll < 0.025:
+            publish_deletion(publisher, model, rng, f"p{seed}x{i}", names)
+            continue
         if roll < 0.2:
             author = names[min(int(rng.expovariate(0.15)), users - 1)]  # a few post a lot
-            sent = publisher.publish({"type": "post", "author": author, "post_id": f"p{seed}x{i}"})
+            post_id = f"p{seed}x{i}"
+            if model.ahead and rng.random() < 0.1:  # a post whose deletion came first
+                author, post_id = model.ahead.pop(0)
+            sent = publisher.publish({"type": "post", "author": author, "post_id": post_id})
             assert sent.ts is not None
-            model.posts.append(TimelineEntry(sent.ts, author, f"p{seed}x{i}"))
+            model.posts.append(TimelineEntry(sent.ts, author, post_id))
             continue
         follower = rng.choice(names)
         followee = names[min(int(rng.expovariate(0.1)), users - 1)]  # Zipf-like popularity
@@ -98,6 +114,49 @@ def publish_mix(
         kind = "follow" if active else "unfollow"
         publisher.publish({"type": kind, "follower": follower, "followee": followee})
         model.edges[(follower, followee)] = active
+
+
+def publish_deletion(
+    publisher: EventPublisher, model: Model, rng: random.Random, fresh: str, names: list[str]
+) -> None:
+    """One ``post_deleted`` (or a deleted post's id published again), recorded in the model."""
+    live = model.live()[-100:]
+    roll = rng.random()
+    if roll < 0.65 and live:
+        post = rng.choice(live)
+        author, post_id = post.author, post.post_id
+    elif roll < 0.8 and model.deleted:
+        author, post_id = rng.choice(sorted(model.deleted))
+        publisher.publish({"type": "post", "author": author, "post_id": post_id})
+        return
+    else:
+        author, post_id = rng.choice(names), fresh
+        model.ahead.append((author, post_id))
+    publisher.publish({"type": "post_deleted", "author": author, "post_id": post_id})
+    model.deleted.add((author, post_id))
+
+
+def delete_shown(publisher: EventPublisher, model: Model, seed: int, count: int = 20) -> None:
+    """Deletions of ``count`` posts that timelines show now, published after the stream: the
+    posts are in cached timelines by now (readers keep them cached) and no follow comes after
+    to regenerate those, so every page must skip them, and a capped timeline that lost
+    entries to them must still page exactly (regenerated at its floor)."""
+    shown = sorted({p for user in sorted(model.users) for p in model.timeline(user)})
+    for post in random.Random(seed).sample(shown, min(count, len(shown))):
+        publisher.publish({"type": "post_deleted", "author": post.author, "post_id": post.post_id})
+        model.deleted.add((post.author, post.post_id))
+
+
+def pages(reader: TimelineReader, user: str, limit: int) -> list[TimelineEntry]:
+    """A home timeline walked page by page, each from the previous page's cursor."""
+    entries: list[TimelineEntry] = []
+    cursor: str | None = None
+    while True:
+        page = reader.page(user, limit, cursor)
+        entries += page.entries
+        if page.next is None:
+            return entries
+        cursor = page.next
 
 
 def compare(settings: Settings, model: Model) -> Counter[str]:
@@ -128,11 +187,15 @@ def compare(settings: Settings, model: Model) -> Counter[str]:
             user
         )
         timeline = reader.read(user, limit=model.cap)
+        paged = pages(reader, user, limit=7)  # deep pages count live posts above the cursor
         expected_timeline = model.timeline(user)
         found["timeline_missing"] += len(set(expected_timeline) - set(timeline))
-        found["timeline_wrong"] += timeline != expected_timeline
+        found["timeline_wrong"] += timeline != expected_timeline or paged != expected_timeline
+        found["deleted_shown"] += sum(
+            (e.author, e.post_id) in model.deleted for e in {*timeline, *paged}
+        )
     stored = {(p.author, p.post_id) for p in store.recent_posts(model.users, 10**9)}
-    found["acked_not_stored"] += sum((p.author, p.post_id) not in stored for p in model.posts)
+    found["acked_not_stored"] += sum((p.author, p.post_id) not in stored for p in model.live())
     store.close()
     return found
 
@@ -154,24 +217,30 @@ def run_under_fault(
                 if round_ == 9:
                     halfway.set()
                 time.sleep(0.5)
+            delete_shown(publisher, model, seed)
 
     done = threading.Event()
 
     def read() -> None:
         """An app's readers: lists and timelines stay cached, so deliveries and list writes
         really append under the fault (without readers every write would be skipped and the
-        final comparison would only test regeneration)."""
+        final comparison would only test regeneration); and a few users' first pages, which
+        fill post bodies lost to the fault while deletions land."""
         store = wiring.edge_store(settings)
         lists = wiring.list_store(settings, store)
         reader = wiring.timeline_reader(settings, store)
+        turn = 0
         while not done.is_set():
             users = sorted(model.users)
             kinds = (ListKind.FOLLOWERS, ListKind.FOLLOWING)
             try:
                 lists.read_many([ListRef(kind, u) for u in users for kind in kinds])
                 reader.timelines.read_many([ListRef(ListKind.TIMELINE, u) for u in users])
+                for user in users[turn % max(len(users), 1) :][:8]:
+                    reader.page(user, limit=model.cap)
             except Exception:  # a fault under way (a server down): readers retry later
                 pass
+            turn += 8
             done.wait(0.3)
         store.close()
 

@@ -37,6 +37,7 @@ SUMMARY_KEYS = [
     "list_truncated",
     "timeline_missing",
     "timeline_wrong",
+    "deleted_shown",
     "acked_not_stored",
     "consumer_crashes",
 ]
