@@ -188,13 +188,14 @@ class EdgeStore(Protocol):
         deleted (``delete_posts``)."""
         ...
 
-    def delete_posts(self, posts: Sequence[PostRef]) -> None:
+    def delete_posts(self, posts: Sequence[PostRef]) -> dict[PostRef, int]:
         """Permanent and idempotent: each post becomes a tombstone (its text is dropped), in
         no page or recent-posts answer from then on, and a ``store_posts`` of it later (a
         retry, a replay) stores nothing. Deleting a post not stored yet records the
         tombstone first. Each post's tombstone is one atomic write that a concurrent
         ``store_posts`` of it either precedes (and is overwritten) or follows (and is
-        refused)."""
+        refused). Returns the stored time of each of ``posts`` that had been stored (the
+        tombstone keeps it: a retried deletion gets it too)."""
         ...
 
     def post_bodies(self, posts: Collection[PostRef]) -> StoredBodies:

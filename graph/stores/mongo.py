@@ -355,21 +355,25 @@ class MongoEdgeStore(StoreQueries):
             for d in docs
         }
 
-    def delete_posts(self, posts: Sequence[PostRef]) -> None:
+    def delete_posts(self, posts: Sequence[PostRef]) -> dict[PostRef, int]:
         """A post's document becomes its tombstone in one single-document write: inserted as
         one when absent (so a later ``store_posts`` insert is refused as a duplicate), else
-        marked ``del`` with its time and text removed (a concurrent insert either came first
-        and is overwritten here, or comes after and is refused). Without ``ts`` a tombstone
-        sorts after every post in the (a, ts, i) index, so newest-first reads never step over
-        it."""
+        marked ``del`` with its text removed (a concurrent insert either came first and is
+        marked here, or comes after and is refused). The time stays: it names the post's
+        timeline entry, which the fan-out delivers again (consumers/fanout_apply.py)."""
         self._write_documents(
             self._posts,
             [
                 {"_id": f"{p.author}/{p.post_id}", "a": p.author, "i": p.post_id, "del": True}
                 for p in posts
             ],
-            lambda _: {"$set": {"del": True}, "$unset": {"ts": "", "text": ""}},
+            lambda _: {"$set": {"del": True}, "$unset": {"text": ""}},
         )
+        ids = [f"{p.author}/{p.post_id}" for p in posts]
+        docs = self._posts.find(
+            {"_id": {"$in": ids}, "ts": {"$exists": True}}, {"a": 1, "i": 1, "ts": 1}
+        )
+        return {PostRef(d["a"], d["i"]): d["ts"] for d in docs}
 
     def post_bodies(self, posts: Iterable[PostRef]) -> StoredBodies:
         ids = sorted({f"{p.author}/{p.post_id}" for p in posts})

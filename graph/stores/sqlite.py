@@ -68,6 +68,7 @@ CREATE INDEX IF NOT EXISTS posts_recent ON posts (author, ts);
 CREATE TABLE IF NOT EXISTS deleted_posts (
     author TEXT NOT NULL,
     post_id TEXT NOT NULL,
+    ts INTEGER,
     PRIMARY KEY (author, post_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS celebrities (id TEXT PRIMARY KEY) WITHOUT ROWID;
@@ -347,16 +348,24 @@ class SqliteEdgeStore(StoreQueries):
         )
         return {PostRef(a, i): PostRecord(a, i, ts, text) for a, i, ts, text in rows}
 
-    def delete_posts(self, posts: Sequence[PostRef]) -> None:
-        """The tombstone and the row's removal in one transaction; ``store_posts`` inserts
-        only where no tombstone is (same transaction), so either order of the two leaves the
-        post deleted."""
+    def delete_posts(self, posts: Sequence[PostRef]) -> dict[PostRef, int]:
+        """The tombstone (keeping the post's time) and the row's removal in one transaction;
+        ``store_posts`` inserts only where no tombstone is (same transaction), so either order
+        of the two leaves the post deleted."""
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany(
-                "INSERT OR IGNORE INTO deleted_posts (author, post_id) VALUES (?, ?)", posts
+                "INSERT OR IGNORE INTO deleted_posts (author, post_id, ts) SELECT ?1, ?2,"
+                " (SELECT ts FROM posts WHERE author = ?1 AND post_id = ?2)",
+                posts,
             )
             self._db.executemany("DELETE FROM posts WHERE author = ? AND post_id = ?", posts)
+        rows = self._joined(
+            "SELECT d.author, d.post_id, d.ts",
+            "deleted_posts AS d ON d.author = v.column1 AND d.post_id = v.column2",
+            list(posts),
+        )
+        return {PostRef(a, i): ts for a, i, ts in rows if ts is not None}
 
     def post_bodies(self, posts: Collection[PostRef]) -> StoredBodies:
         wanted = sorted(set(posts))

@@ -5,7 +5,7 @@ posts that still exist, as Mastodon and Bluesky read theirs. ``{ns}|pb|{author}|
 holds ``t`` + the text (UTF-8) for a live post, ``n`` for a live post without text, ``x`` for a
 deleted one, and ``~`` while a reader fills it from the store. A page multi-GETs the items of
 the entries it would show; an entry whose item says deleted is skipped and the walk goes on
-(graph/timelines/reader.py), so deleting a post touches no timeline.
+(graph/timelines/reader.py), whichever timeline, celebrity item or late delivery brought it.
 
 **Why a deleted post is never shown again.** The store's tombstone is permanent
 (``EdgeStore.delete_posts``) and is written before the consumer SETs the item to ``x``
@@ -100,7 +100,12 @@ class PostBodies:
         self._cache = cache
         self._store = store
         self._prefix = f"{keys.namespace}|{CODE}|"
+        self._key_prefix = self._prefix.encode("ascii")
         self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
+
+    def holds(self, key: bytes) -> bool:
+        """Whether ``key`` is a post body's."""
+        return key.startswith(self._key_prefix)
 
     def keys(self, posts: Iterable[str]) -> list[bytes]:
         """Items of posts named ``{author}!{post_id}`` (ids already valid: they come from

@@ -247,7 +247,8 @@ class WarmReads:
             return None if kept is None else kept.body
         page, trips = await self._walk(user, last, replies.found, limit, cursor)
         body = None if page is None else render(page)
-        if memo is not None and body is not None and not trips:
+        bodies = self._reader.bodies
+        if memo is not None and body is not None and all(map(bodies.holds, trips)):
             memo.put(asked, last, replies, body)
         return body
 
@@ -258,9 +259,9 @@ class WarmReads:
         batch: dict[bytes, Item],
         limit: int,
         cursor: str | None,
-    ) -> tuple[TimelinePage | None, int]:
-        """The page from ``batch`` (read with ``batch_keys(user, last)``) and the multi-GETs it
-        needed after it (module docstring), with how many there were."""
+    ) -> tuple[TimelinePage | None, list[bytes]]:
+        """The page from ``batch`` (read with ``batch_keys(user, last)``) and the keys of the
+        multi-GETs it needed after it (module docstring)."""
         reader = self._reader
         return await self._replayed(
             lambda: reader.page(user, limit, cursor, reader.fetcher.settle(user, last, dict(batch)))
@@ -273,15 +274,15 @@ class WarmReads:
         page, _ = await self._replayed(lambda: pages.page(user, limit, cursor))
         return page
 
-    async def _replayed(self, read: Callable[[], T]) -> tuple[T | None, int]:
+    async def _replayed(self, read: Callable[[], T]) -> tuple[T | None, list[bytes]]:
         """``read()`` run by runs on the replay (module docstring): each run that stops at a
         multi-GET beyond the record has it read on the loop and runs again; None when it needs
-        anything else, a corrupt member included. With the multi-GETs read after the first."""
+        anything else, a corrupt member included. With the keys it read after the first."""
         record: list[tuple[list[bytes], dict[bytes, Item]]] = []
         while len(record) <= ROUND_TRIPS:
             self._replay.replay(record)
             try:
-                return read(), len(record)
+                return read(), [key for keys, _ in record for key in keys]
             except NotWarm as exc:
                 if exc.asked is None or len(record) == ROUND_TRIPS:
                     break
@@ -293,7 +294,7 @@ class WarmReads:
                 break
             finally:
                 self._replay.replay([])
-        return None, len(record)
+        return None, [key for keys, _ in record for key in keys]
 
     def close(self) -> None:
         self._cache.close()

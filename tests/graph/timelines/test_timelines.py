@@ -110,7 +110,7 @@ def reset(s: Setup) -> None:
     s.store.calls.clear()
 
 
-def test_a_warm_read_is_one_multi_get_and_no_store_query(setup: Setup) -> None:
+def test_a_warm_read_is_its_batch_and_its_bodies_and_no_store_query(setup: Setup) -> None:
     s = setup
     for followee in ("a", "b", "star"):
         s.follow("me", followee)
@@ -121,12 +121,13 @@ def test_a_warm_read_is_one_multi_get_and_no_store_query(setup: Setup) -> None:
     reset(s)
     shown = s.reader.read("me")
     assert shown == [TimelineEntry(1002, "star", "s1"), *reversed(posts)]
-    assert s.cache.calls == {"gets_many": 1}
+    # One batch (the celebrity's post's body in it), then the bodies of the delivered posts.
+    assert s.cache.calls == {"gets_many": 2}
     assert s.store.calls == {}
     page = s.reader.page("me", 2)
     assert page.entries == shown[:2] and page.next is not None
     assert s.reader.page("me", 2, page.next).entries == shown[2:]
-    assert s.cache.calls == {"gets_many": 3} and s.store.calls == {}
+    assert s.cache.calls == {"gets_many": 6} and s.store.calls == {}
 
 
 def test_a_changed_following_list_is_read_after_its_new_head(setup: Setup) -> None:
@@ -145,7 +146,7 @@ def test_a_changed_following_list_is_read_after_its_new_head(setup: Setup) -> No
     assert s.cache.calls == {"gets_many": 3}
     reset(s)
     assert s.reader.read("me") == [entry]
-    assert s.cache.calls == {"gets_many": 1}
+    assert s.cache.calls == {"gets_many": 2}  # the batch, then the body
 
     s.lists.invalidate([ListRef(ListKind.FOLLOWING, "me")])  # a rebuild: a new generation
     assert s.reader.read("me") == [entry]
@@ -203,7 +204,7 @@ def test_readers_sharing_a_memory_use_each_others_last_read(
     thread.start()
     thread.join()
     assert found == [[entry]]
-    assert s.cache.calls == {"gets_many": 1}
+    assert s.cache.calls == {"gets_many": 2}  # the remembered batch, then the body
 
 
 def model_view(

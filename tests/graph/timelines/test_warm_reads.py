@@ -17,6 +17,7 @@ import pytest
 import uvloop
 
 import graph.lists.token_lists
+from consumers.positions import Origin, Positioned
 from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
@@ -25,6 +26,7 @@ from graph.timelines.fetch import ReadMemory
 from graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
 from graph.timelines.warm_reads import WarmReads
 from memcache.cluster import CacheUnavailable, MemcacheCluster
+from schemas import PostDeleted
 from tests.conftest import Refused
 from tests.graph.timelines.warm_pair import Pair, shown, writes
 
@@ -38,7 +40,7 @@ def warmed(pair: Pair) -> None:
     pair.blocking.page("me")  # cold: built from the store
     assert pair.both("me") is not None
     assert len(pair.warm("me").entries) == 6  # type: ignore[union-attr]
-    assert len(pair.multi_gets) == 1
+    assert len(pair.multi_gets) == 2  # the remembered batch, then the page's bodies
 
 
 def assert_none_and_nothing_written(pair: Pair, user: str = "me") -> None:
@@ -47,7 +49,7 @@ def assert_none_and_nothing_written(pair: Pair, user: str = "me") -> None:
     assert writes(pair.settings) == before
 
 
-def test_a_remembered_read_is_one_multi_get_a_first_read_two_a_new_celebrity_one_more(
+def test_a_remembered_read_is_one_batch_a_first_read_two_a_new_celebrity_one_more(
     pair: Pair, cache: MemcacheCluster
 ) -> None:
     pair.follow("me", "a", "b")
@@ -64,21 +66,24 @@ def test_a_remembered_read_is_one_multi_get_a_first_read_two_a_new_celebrity_one
     assert pair.multi_gets[1] and all(k != pair.following_key("me") for k in pair.multi_gets[1])
 
     assert pair.both("me") == first
-    assert len(pair.multi_gets) == 1  # remembered: shards in the batch
+    assert pair.warm("me") == first
+    assert len(pair.multi_gets) == 2  # remembered: shards in the batch; then the bodies
 
     head = cache.gets_many([pair.following_key("me")])
     pair.celebrity_post("star", "s1")
     pair.follow("me", "star")
     assert cache.gets_many([pair.following_key("me")]) == head  # no rollover: same shards
-    page = pair.both("me")
+    page = pair.warm("me")
     assert page is not None and page.entries[0] == TimelineEntry(pair.now, "star", "s1")
-    assert len(pair.multi_gets) == 3  # its recent posts, not remembered, then the new body
+    assert len(pair.multi_gets) == 3  # its recent posts, not remembered, then the bodies
     assert pair.both("me") == page
-    assert len(pair.multi_gets) == 1
+    assert pair.warm("me") == page
+    assert len(pair.multi_gets) == 2  # the celebrity's post's body in the batch
 
     pair.memory.forget("me")  # as a process that never read `me` (or forgot it)
-    assert pair.both("me") == page
+    assert pair.warm("me") == page
     assert len(pair.multi_gets) == 4  # batch, shards, the celebrity's posts, the bodies
+    assert pair.both("me") == page
 
 
 def test_an_absent_following_list_is_none_and_written_by_the_blocking_read_only(
@@ -165,7 +170,7 @@ def test_missing_celebrity_items_are_none_until_the_blocking_read_rebuilds_them(
         assert cache.gets_many([key]) == {}
         assert pair.blocking.page("me") == page  # rebuilds the item from the store
         assert pair.both("me") == page
-        assert len(pair.multi_gets) == 1
+        assert len(pair.multi_gets) == 2
 
 
 def test_every_page_with_a_cursor_is_the_blocking_page(pair: Pair) -> None:
@@ -255,7 +260,7 @@ def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
         lambda: pair.post("a", "p-new", ["me"]),
         lambda: pair.post("b", "p-old", ["me"], ago_ms=10**7),  # below the page: same page
         lambda: pair.follow("me", "c"),
-        lambda: pair.delete("b", "p1"),  # a kept page changes when a post on it is deleted
+        lambda: pair.delete("b", "p1", ["me"]),  # a kept page changes when a post on it is deleted
         lambda: pair.follow("me", "a", active=False),
         lambda: pair.blocking.timelines.invalidate([ListRef(ListKind.TIMELINE, "me")]),
     ]
@@ -271,9 +276,25 @@ def test_a_deleted_post_leaves_the_warm_page_and_the_page_reads_on_past_it(pair:
     warmed(pair)
     before = pair.both("me", 3)
     assert before is not None and [e.post_id for e in before.entries] == ["p0", "p1", "p2"]
-    pair.delete("b", "p1")
-    pair.delete("a", "p2")
-    after = pair.both("me", 3)  # the bodies were in the batch: still warm
+    pair.delete("b", "p1", ["me"])
+    pair.delete("a", "p2", ["me"])
+    after = pair.both("me", 3)
     assert after is not None and [e.post_id for e in after.entries] == ["p0", "p3", "p4"]
     assert after.texts == [None, None, None]
-    assert len(pair.multi_gets) == 2  # the batch, then the bodies of the posts read on to
+    assert pair.warm("me", 3) == after
+    assert len(pair.multi_gets) == 3  # the batch, the page's bodies, the bodies read ahead
+
+
+def test_a_deletion_applied_by_the_fan_out_changes_a_kept_page(pair: Pair) -> None:
+    """The memo serves a kept page on its first multi-GET alone, without the bodies of its
+    delivered posts: the fan-out's deletion must change those replies (it delivers the post
+    again), or the deleted post would stay on the kept page."""
+    warmed(pair)
+    kept = pair.rendered("me")
+    assert kept is not None and pair.rendered("me") == kept and b"'p1'" in kept
+    applier = wiring.fanout_applier(pair.settings)
+    deletion = PostDeleted(type="post_deleted", author="b", post_id="p1")
+    applier.apply([Positioned(deletion, pair.pos + 1, Origin("t", 0, 0, None), b"")])
+    after = pair.rendered("me")
+    assert after is not None and b"'p1'" not in after
+    assert after == shown(pair.blocking.page("me"))

@@ -77,11 +77,14 @@ class Pair:
         self.store.add_celebrities([author])
         self.blocking.celebrity_posts.refresh([author])
 
-    def delete(self, author: str, post_id: str) -> None:
-        """The fan-out of a deletion: the store's tombstone, then the post's body item."""
+    def delete(self, author: str, post_id: str, followers: list[str]) -> None:
+        """The fan-out of an ordinary author's deletion: the store's tombstone, the post's body
+        item, then the post delivered again."""
         ref = PostRef(author, post_id)
-        self.store.delete_posts([ref])
+        ts = self.store.delete_posts([ref])[ref]
         self.blocking.bodies.delete([ref])
+        entry = TimelineEntry(ts, author, post_id)
+        self.blocking.timelines.deliver([(token(True, entry.member), followers)])
 
     # -- keys --------------------------------------------------------------------------------
 
