@@ -21,9 +21,9 @@ of every page that showed the post: the fan-out delivers the deleted post again 
 followers (consumers/fanout_apply.py), which changes the bytes of every cached timeline holding
 it (the same entry twice is one entry: nothing else changes), and the bodies of a celebrity's
 posts, which are not delivered, are asked in the first multi-GET itself
-(``TimelineReader._remember_celebrity_bodies``). A reader who followed the author only after the
-deletion read the followers has a timeline regenerated after the tombstone, without the post. Nothing here depends on CAS ids
-or on which run of a server answered: an item rewritten with the same bytes (the celebrity
+(``TimelineReader._remember_celebrity_bodies``). A reader who followed the author only after
+the deletion read the followers has a timeline regenerated after the tombstone, without the
+post. Nothing here depends on CAS ids or on which run of a server answered: an item rewritten with the same bytes (the celebrity
 set, rebuilt every few seconds) or a restarted server holding the same bytes gives the same
 page, and is one.
 

@@ -75,7 +75,25 @@ _DELETED = Parsed(State.DELETED)
 _UNKNOWN = Parsed(State.UNKNOWN)
 
 
+# Parsed items remembered by their bytes (a post is on many pages, and texts never change):
+# items of at most PARSED_VALUE_MAX bytes, PARSED_MAX of them (emptied when full), ~8 MiB.
+PARSED_MAX = 8192
+PARSED_VALUE_MAX = 1024
+_parsed: dict[bytes, Parsed] = {}
+
+
 def _parse(value: bytes) -> Parsed:
+    parsed = _parsed.get(value)
+    if parsed is None:
+        parsed = _parse_new(value)
+        if len(value) <= PARSED_VALUE_MAX:
+            if len(_parsed) >= PARSED_MAX:
+                _parsed.clear()
+            _parsed[value] = parsed
+    return parsed
+
+
+def _parse_new(value: bytes) -> Parsed:
     if value[:1] == LIVE:
         try:
             return Parsed(State.LIVE, value[1:].decode("utf-8"))
@@ -111,7 +129,10 @@ class PostBodies:
         """Items of posts named ``{author}!{post_id}`` (ids already valid: they come from
         timeline members or events)."""
         prefix = self._prefix
-        return [(prefix + p.replace("!", "|", 1)).encode("ascii") for p in posts]
+        joined = (" " + prefix).join(posts)  # one join, one encode, one split: C speed
+        if not joined:
+            return []
+        return (prefix + joined.replace("!", "|")).encode("ascii").split(b" ")
 
     def read(self, posts: Sequence[str], found: Mapping[bytes, Item]) -> Bodies:
         """The bodies of ``posts``: from ``found`` (a read's multi-GET) where it has them,
