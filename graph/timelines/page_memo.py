@@ -23,9 +23,9 @@ it (the same entry twice is one entry: nothing else changes), and the bodies of 
 posts, which are not delivered, are asked in the first multi-GET itself
 (``TimelineReader._remember_celebrity_bodies``). A reader who followed the author only after
 the deletion read the followers has a timeline regenerated after the tombstone, without the
-post. Nothing here depends on CAS ids or on which run of a server answered: an item rewritten with the same bytes (the celebrity
-set, rebuilt every few seconds) or a restarted server holding the same bytes gives the same
-page, and is one.
+post. Nothing here depends on CAS ids or on which run of a server answered: an item rewritten
+with the same bytes (the celebrity set, rebuilt every few seconds) or a restarted server holding
+the same bytes gives the same page, and is one.
 
 Bounded by the bytes held (rendered bodies copied to their size, the replies, a fixed overhead
 per entry), least recently used first out. Everything held is plain tuples, bytes and strings,
