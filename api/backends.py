@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from api.consumer_lag import ConsumerLag
+from graph.lists.counts import CountSource
 from graph.lists.token_lists import TokenLists
 from graph.model.edges import EdgeStore
 from graph.timelines.reader import TimelineReader
@@ -31,11 +32,13 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class Backends:
     """One thread's connections. The follower/following lists and the cache are the timeline
-    reader's own (one set of memcached connections per thread). ``lag`` is the exception: one
-    per process, shared by every thread (it locks)."""
+    reader's own (one set of memcached connections per thread), and so is the cache of
+    ``counts`` where the store does not keep them. ``lag`` is the exception: one per process,
+    shared by every thread (it locks)."""
 
     store: EdgeStore
     timelines: TimelineReader
+    counts: CountSource
     open_publisher: Callable[[], EventPublisher]
     lag: ConsumerLag
     _publisher: EventPublisher | None = field(default=None, init=False)

@@ -21,6 +21,7 @@ BENCHMARKS = {
     "group-protocol": "bench.group_protocol",
     "heavy-following": "bench.heavy_following",
     "post-deletion": "bench.post_deletion",
+    "member-counts": "bench.member_counts",
 }
 
 

@@ -23,6 +23,10 @@ updated: a timeline is "the newest posts of the authors followed now", and regen
 only way to backfill a new followee's older posts or to refill the places an unfollowed author's
 posts leave behind in a capped timeline. Regeneration is lazy (next read or delivery) and the
 read-time filter covers the moment in between.
+
+Every user whose edges the batch wrote has its cached count dropped (graph/lists/counts.py),
+after the store write and whether or not the write changed anything (a batch applied again
+after a crash drops them again).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from itertools import repeat
 from consumers.positions import Positioned
 from consumers.pulse import Pulse, no_pulse
 from graph import EdgeChange, EdgeStore, ListKind, ListRef, ListStore
+from graph.lists.counts import CountSource, KeptCounts
 from schemas import Follow, Unfollow, UserRemoved
 
 GRAPH_EVENTS = (Follow, Unfollow, UserRemoved)
@@ -63,9 +68,12 @@ class Recorded:
 class GraphApplier:
     accepted: tuple[type, ...] = GRAPH_EVENTS
 
-    def __init__(self, store: EdgeStore, lists: ListStore) -> None:
+    def __init__(
+        self, store: EdgeStore, lists: ListStore, counts: CountSource | None = None
+    ) -> None:
         self.store = store
         self.lists = lists
+        self.counts = KeptCounts(store) if counts is None else counts
 
     def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> GraphBatchResult:
         """The store's part, then the lists' (a batch is bounded by the graph batch size: one
@@ -115,6 +123,10 @@ class GraphApplier:
         for ref, removed in recorded.removed_ops.items():
             ops.setdefault(ref, []).extend(removed)
         self.lists.apply(ops)
+        self.counts.changed(
+            [ref.user for ref in ops]
+            + [ref.user for ref in recorded.stale if ref.kind is not ListKind.TIMELINE]
+        )
         appended = set(ops) - self.lists.skipped
         followers_changed = {c.follower for c in recorded.live}
         self.lists.invalidate(

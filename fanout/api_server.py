@@ -24,6 +24,7 @@ from api.consumer_lag import ConsumerLag, WatchedGroup
 from api.settings import ApiSettings
 from fanout import gc_policy, wiring
 from fanout.settings import Settings
+from graph.lists.counts import list_counts
 from graph.timelines.fetch import ReadMemory
 from producers import EventPublisher
 
@@ -55,7 +56,9 @@ def open_backends(
 
     def opened() -> Backends:
         store = wiring.edge_store(settings)
-        return Backends(store, wiring.timeline_reader(settings, store, memory), publisher, lag)
+        reader = wiring.timeline_reader(settings, store, memory)
+        counts = list_counts(store, reader.follow_lists)
+        return Backends(store, reader, counts, publisher, lag)
 
     return opened
 

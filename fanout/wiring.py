@@ -14,6 +14,7 @@ from consumers.metrics import ConsumerMetrics
 from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, open_edge_store
 from graph.lists.capped import CappedListStore
+from graph.lists.counts import list_counts
 from graph.lists.token_lists import ListStats
 from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
@@ -140,7 +141,8 @@ def dlq_limit(settings: Settings) -> DlqLimit:
 
 def graph_applier(settings: Settings) -> GraphApplier:
     store = edge_store(settings)
-    return GraphApplier(store, list_store(settings, store))
+    lists = list_store(settings, store)
+    return GraphApplier(store, lists, list_counts(store, lists))
 
 
 def graph_loop(

@@ -78,7 +78,7 @@ def shown_field(path: str) -> str:
 
 def refuse_follows_past(backends: Backends, events: list[AnyEvent], cap: int) -> None:
     """422 for the follows of any follower whom this batch would take past ``cap`` followed
-    (the store's kept count, one lookup per follower, plus the batch's follows)."""
+    (the kept or cached count, one lookup per follower, plus the batch's follows)."""
     follows: dict[str, list[int]] = {}
     for index, event in enumerate(events):
         if isinstance(event, Follow):
@@ -87,7 +87,7 @@ def refuse_follows_past(backends: Backends, events: list[AnyEvent], cap: int) ->
     errors = [
         FieldError("follower", rule, indexes[-1])
         for follower, indexes in follows.items()
-        if backends.store.counts(follower).following + len(indexes) > cap
+        if backends.counts.counts(follower).following + len(indexes) > cap
     ]
     if errors:
         raise Problem(422, "invalid-events", "Invalid events", rule, errors)

@@ -2,11 +2,13 @@
 query ``GET /v1/users/{a}/following/{b}``, all answered by the edge store, the source of truth.
 
 A page is one range of the store's index past the cursor (``members > cursor ORDER BY member
-LIMIT n+1``) and its count is the store's kept count (one key lookup): what a page costs does
-not depend on the list's size, so no client can make the server read a whole list, whatever
-list it builds. The cursor is the last member shown (a user id); any user id is a place in a
-list, so any cursor the OpenAPI pattern admits is accepted. Nothing here reads or writes
-memcached: an unknown user costs two store lookups and no cache item.
+LIMIT n+1``). Its count is the page's own length when the first page holds the whole list, else
+one lookup: the store's kept count, or the Mongo store's count cached until the user's edges
+change (graph/lists/counts.py). What a page costs does not depend on the list's size, so no
+client can make the server read a whole list, whatever list it builds. The cursor is the last
+member shown (a user id); any user id is a place in a list, so any cursor the OpenAPI pattern
+admits is accepted. An empty list is told by its first page, before any count is asked: an
+unknown user costs store lookups and no cache item.
 """
 
 from __future__ import annotations
@@ -32,14 +34,16 @@ DEFAULT_LIMIT = 100
 def read_members(
     backends: Backends, kind: ListKind, user: str, limit: int, after: str | None
 ) -> bytes:
-    store = backends.store
-    if kind is ListKind.FOLLOWERS:
-        members = store.followers(user, after=after, limit=limit + 1)
-        count = store.counts(user).followers
+    page_of = backends.store.followers if kind is ListKind.FOLLOWERS else backends.store.following
+    members = page_of(user, after=after, limit=limit + 1)
+    if after is None and len(members) <= limit:
+        count = len(members)  # the first page is the whole list
+    elif not members and not page_of(user, limit=1):
+        count = 0
     else:
-        members = store.following(user, after=after, limit=limit + 1)
-        count = store.counts(user).following
-    if not members and count == 0:
+        counts = backends.counts.counts(user)
+        count = counts.followers if kind is ListKind.FOLLOWERS else counts.following
+    if count == 0:
         require_known(backends, [("user", user)])
     page = members[:limit]
     nxt = page[-1] if len(members) > limit else None

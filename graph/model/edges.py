@@ -128,6 +128,10 @@ def prepare(
 
 
 class EdgeStore(Protocol):
+    # Whether ``counts`` is one lookup (kept as edges change state) or a count of the edges,
+    # which then needs a cache in front of it (graph/lists/counts.py).
+    counts_kept: bool
+
     def apply(self, changes: Sequence[EdgeChange]) -> list[EdgeChange]:
         """Write a batch (each edge only where the change is newer than what is stored);
         return the changes that were not refused for being older than a removal of one of
@@ -159,8 +163,8 @@ class EdgeStore(Protocol):
     ) -> list[str]: ...
 
     def counts(self, user: str) -> EdgeCounts:
-        """Active followers and following, kept by the store as edges change state: one
-        lookup whatever the lists' sizes (each store's module says how exact)."""
+        """Active followers and following: one lookup where ``counts_kept`` (each store's
+        module says how exact), else counted like ``recounted``."""
         ...
 
     def recounted(self, user: str) -> EdgeCounts:

@@ -19,6 +19,7 @@ from schemas import all_valid_ids, is_valid_id
 SEP = b"|"
 CELEBRITY_POSTS = "cp"
 AUTHOR_POSTS = "ap"
+COUNTS = "ct"
 # memcached keys: printable ASCII without spaces, at most 250 bytes. The namespace is a setting,
 # not user input, but it is checked all the same: it must not hold the separator.
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,32}")
@@ -62,6 +63,10 @@ class KeySpace:
     def author_posts_keys(self, users: Sequence[str]) -> list[bytes]:
         """``{ns}|ap|{user}``: an author's newest posts (graph/timelines/author_pages.py)."""
         return self._user_keys(AUTHOR_POSTS, users)
+
+    def count_keys(self, users: Sequence[str]) -> list[bytes]:
+        """``{ns}|ct|{user}``: a user's follower and following counts (graph/lists/counts.py)."""
+        return self._user_keys(COUNTS, users)
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
         if not all_valid_ids(users):

@@ -24,9 +24,11 @@ edges (``"collection"``), so that each collection can be sharded by its own key.
 
 Follower and following counts are counted on the covered index of active edges
 (``count_documents`` on ``(_f, a)``): exact whatever the interleaving of writers, but their cost
-grows with the list (index keys, not documents). Maintaining them as edges change state needs
-each change's before-image without a transaction; the SQLite store does keep them (triggers in
-the edge's own transaction).
+grows with the list (index keys, not documents). Keeping them beside the edges needs each
+change's before-image and a second document written atomically with the edge, which MongoDB
+gives only in a transaction; so the count is cached instead, and counted again only after the
+user's edges change (graph/lists/counts.py). The SQLite store keeps them (triggers in the edge's
+own transaction).
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ def _refuse_unsafe_settings(db: Database[Any]) -> None:
 
 
 class MongoEdgeStore(StoreQueries):
+    counts_kept = False  # counted on the index; cached in front (graph/lists/counts.py)
+
     def __init__(self, db: Database[Any], following_mode: FollowingMode = "collection") -> None:
         _refuse_unsafe_settings(db)
         self._db = db
@@ -293,7 +297,8 @@ class MongoEdgeStore(StoreQueries):
         return self._page(self._following, "_f", "_t", user, group, after, limit)
 
     def counts(self, user: str) -> EdgeCounts:
-        """Counted on the covered index of active edges (see the module's docstring)."""
+        """Counted on the covered index of active edges (see the module's docstring): pages
+        ask ``graph.lists.counts.CachedCounts``, which counts once per change."""
         return self.recounted(user)
 
     def recounted(self, user: str) -> EdgeCounts:

@@ -119,6 +119,8 @@ WHERE excluded.pos > edges.pos
 
 
 class SqliteEdgeStore(StoreQueries):
+    counts_kept = True  # edge_counts, kept by triggers (module docstring)
+
     def __init__(self, path: str | Path) -> None:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)

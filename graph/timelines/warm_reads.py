@@ -135,6 +135,8 @@ class OfflineStore:
     """The loop's reader's edge store (an ``EdgeStore``): every query raises ``NotWarm``, so a
     read that needs the store is handed to a request thread."""
 
+    counts_kept = True  # its ``counts`` raises like every query: nothing to cache in front
+
     def apply(self, changes: Sequence[EdgeChange]) -> NoReturn:
         raise NotWarm("edge store: apply")
 

@@ -16,6 +16,7 @@ from memcache.cluster import MemcacheCluster
 from tests.api.conftest import Graph
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
 def test_member_pages_are_sorted_counted_and_complete(client: TestClient, graph: Graph) -> None:
     fans = [f"fan{i:02d}" for i in range(25)]
     for fan in reversed(fans):
@@ -91,6 +92,7 @@ def test_a_page_reads_its_own_range_of_the_store_and_nothing_of_the_whole_list(
     assert asked == [2, 3, 2, 3]
 
 
+@pytest.mark.edge_stores("sqlite", "ferretdb-collection")
 def test_reads_of_unknown_users_leave_nothing_in_memcached(
     client: TestClient, settings: Settings, cache: MemcacheCluster, graph: Graph
 ) -> None:
@@ -99,11 +101,15 @@ def test_reads_of_unknown_users_leave_nothing_in_memcached(
     for ghost in ghosts:
         for kind in ("followers", "following"):
             assert client.get(f"/v1/users/{ghost}/{kind}").status_code == 404
+            page = client.get(f"/v1/users/{ghost}/{kind}", params={"cursor": "m", "limit": 1})
+            assert page.status_code == 404
         assert client.get(f"/v1/users/{ghost}/following/a").status_code == 404
     assert client.get("/v1/users/a/followers").json()["count"] == 0  # known, and empty
+    assert client.get("/v1/users/a/followers", params={"cursor": "m"}).json()["count"] == 0
     keys = KeySpace(settings.cache_prefix)
     for kind in ListKind:
         assert cache.get_many(keys.list_keys(kind, [*ghosts, "a", "b"])) == {}
+    assert cache.get_many(keys.count_keys([*ghosts, "a", "b"])) == {}
 
 
 def test_is_following_answers_from_the_store_and_names_unknown_users(

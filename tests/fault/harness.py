@@ -19,6 +19,8 @@ from typing import Any
 from fanout import wiring
 from fanout.settings import Settings
 from graph import ListKind, ListRef
+from graph.lists.counts import list_counts
+from graph.model.edges import EdgeCounts
 from graph.timelines.reader import TimelineEntry, TimelineReader
 from producers import EventPublisher
 from tests.conftest import settings_env
@@ -170,6 +172,7 @@ def compare(settings: Settings, model: Model) -> Counter[str]:
     store = wiring.edge_store(settings)
     lists = wiring.list_store(settings, store)
     reader = wiring.timeline_reader(settings, store)
+    counts = list_counts(store, lists)
     users = sorted(model.users)
     refs = [ListRef(kind, u) for u in users for kind in (ListKind.FOLLOWERS, ListKind.FOLLOWING)]
     cached = lists.read_many(refs)
@@ -186,6 +189,8 @@ def compare(settings: Settings, model: Model) -> Counter[str]:
         found["edge_divergent"] += set(store.followers(user, limit=100_000)) != model.followers(
             user
         )
+        expected_counts = EdgeCounts(len(model.followers(user)), len(model.following(user)))
+        found["count_wrong"] += counts.counts(user) != expected_counts
         timeline = reader.read(user, limit=model.cap)
         paged = pages(reader, user, limit=7)  # deep pages count live posts above the cursor
         expected_timeline = model.timeline(user)
@@ -229,6 +234,7 @@ def run_under_fault(
         store = wiring.edge_store(settings)
         lists = wiring.list_store(settings, store)
         reader = wiring.timeline_reader(settings, store)
+        counts = list_counts(store, lists)
         turn = 0
         while not done.is_set():
             users = sorted(model.users)
@@ -238,6 +244,7 @@ def run_under_fault(
                 reader.timelines.read_many([ListRef(ListKind.TIMELINE, u) for u in users])
                 for user in users[turn % max(len(users), 1) :][:8]:
                     reader.page(user, limit=model.cap)
+                    counts.counts(user)  # cached where the store does not keep counts
             except Exception:  # a fault under way (a server down): readers retry later
                 pass
             turn += 8

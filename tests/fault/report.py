@@ -34,6 +34,7 @@ SUMMARY_KEYS = [
     "lost",
     "resurrected",
     "edge_divergent",
+    "count_wrong",
     "list_truncated",
     "timeline_missing",
     "timeline_wrong",

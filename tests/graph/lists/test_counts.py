@@ -1,0 +1,142 @@
+"""Follower and following counts against real memcached and every edge store: a cached count
+follows the store after every graph batch, and no fill that counted before a write ever commits
+its count after it (the fence, graph/lists/counts.py). Each race is made deterministic by
+running the other side inside the store call that the fence puts after its ``gets``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from consumers.graph_apply import GraphApplier
+from graph import ListSettings, ListStore
+from graph.lists.counts import CachedCounts, KeptCounts, list_counts
+from graph.model.edges import EdgeCounts, EdgeStore
+from graph.stores.sqlite import SqliteEdgeStore
+from memcache import MemcacheCluster
+from tests.consumers.test_graph_apply import follow, removed, unfollow
+
+
+class RacedStore(SqliteEdgeStore):
+    """Runs ``meanwhile`` once, right after its next recount answered: what the graph consumer
+    does between a reader's count and its CAS."""
+
+    meanwhile: Callable[[], None] | None = None
+
+    def recounted(self, user: str) -> EdgeCounts:
+        counted = super().recounted(user)
+        run, self.meanwhile = self.meanwhile, None
+        if run is not None:
+            run()
+        return counted
+
+
+def lists_on(cache: MemcacheCluster, store: EdgeStore, namespace: str) -> ListStore:
+    return ListStore(cache, store, ListSettings(namespace=namespace, compact_write_prob=0))
+
+
+@pytest.fixture
+def raced(
+    tmp_path: Path, cache: MemcacheCluster, unique: str
+) -> tuple[RacedStore, GraphApplier, CachedCounts]:
+    store = RacedStore(tmp_path / "edges.db")
+    lists = lists_on(cache, store, unique)
+    counts = CachedCounts(cache, store, lists.keys, 3600)
+    return store, GraphApplier(store, lists, counts), counts
+
+
+def test_the_store_that_keeps_counts_is_asked_directly_and_the_others_are_cached(
+    edge_store: EdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    counts = list_counts(edge_store, lists_on(cache, edge_store, unique))
+    assert isinstance(counts, KeptCounts if edge_store.counts_kept else CachedCounts)
+
+
+def test_counts_follow_the_store_after_every_batch(
+    edge_store: EdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    lists = lists_on(cache, edge_store, unique)
+    counts = list_counts(edge_store, lists)
+    applier = GraphApplier(edge_store, lists, counts)
+    batches = [
+        [follow("a", "star", 1), follow("b", "star", 2), follow("a", "b", 3)],
+        [unfollow("a", "star", 4), follow("c", "star", 5)],
+        [follow("a", "star", 6), follow("a", "star", 7)],  # a redelivery changes nothing
+        [removed("b", 8)],
+        [follow("d", "star", 9), unfollow("d", "star", 10), unfollow("zed", "star", 11)],
+    ]
+    users = ["star", "a", "b", "c", "d", "zed"]
+    for batch in batches:
+        before = {u: counts.counts(u) for u in users}  # cached, so a stale one would show
+        applier.apply(batch)
+        after = {u: counts.counts(u) for u in users}
+        assert after == {u: edge_store.recounted(u) for u in users}, (batch, before)
+    assert counts.counts("star") == EdgeCounts(2, 0)
+    assert counts.counts("a") == EdgeCounts(0, 1)
+
+
+def test_a_fill_that_counted_before_a_write_never_commits_its_count(
+    raced: tuple[RacedStore, GraphApplier, CachedCounts],
+) -> None:
+    store, applier, counts = raced
+    applier.apply([follow("a", "star", 1)])
+    store.meanwhile = lambda: applier.apply([follow("b", "star", 2)])
+    assert counts.counts("star") == EdgeCounts(1, 0)  # counted concurrently with the follow
+    assert counts.counts("star") == EdgeCounts(2, 0)  # its CAS failed: counted again
+    assert counts.counts("star") == EdgeCounts(2, 0)  # and cached from then on
+
+
+def test_a_write_whose_store_part_ran_but_whose_batch_crashed_is_counted_on_redelivery(
+    raced: tuple[RacedStore, GraphApplier, CachedCounts],
+) -> None:
+    store, applier, counts = raced
+    applier.apply([follow("a", "star", 1)])
+    assert counts.counts("star") == EdgeCounts(1, 0)
+    applier.record([follow("b", "star", 2)])  # the store's part; the process dies here
+    assert counts.counts("star") == EdgeCounts(1, 0)  # stale until the batch is applied
+    applier.apply([follow("b", "star", 2)])  # redelivered: the store refuses nothing new
+    assert counts.counts("star") == EdgeCounts(2, 0) == store.recounted("star")
+
+
+def test_an_eviction_or_a_restart_between_gets_and_cas_commits_nothing(
+    raced: tuple[RacedStore, GraphApplier, CachedCounts], cache: MemcacheCluster
+) -> None:
+    store, applier, counts = raced
+    applier.apply([follow("a", "star", 1)])
+    key = counts.key("star")
+
+    def evicted_then_written() -> None:
+        cache.delete_many([key])  # the item is gone (an eviction, a restart)...
+        applier.record([follow("b", "star", 2)])  # ...and a write lands in the store
+
+    store.meanwhile = evicted_then_written
+    assert counts.counts("star") == EdgeCounts(1, 0)
+    assert cache.get_many([key]) == {}  # the CAS found nothing: nothing committed
+    assert counts.counts("star") == EdgeCounts(2, 0)
+
+
+def test_readers_filling_at_once_commit_one_count_and_a_left_marker_is_filled(
+    raced: tuple[RacedStore, GraphApplier, CachedCounts], cache: MemcacheCluster
+) -> None:
+    store, applier, counts = raced
+    applier.apply([follow("a", "star", 1), follow("b", "star", 2)])
+    other = CachedCounts(cache, store, applier.lists.keys, 3600)
+    store.meanwhile = lambda: other.counts("star")  # a second reader fills inside the first
+    assert counts.counts("star") == EdgeCounts(2, 0)
+    assert cache.get_many([counts.key("star")]) == {counts.key("star"): b"c 2 0"}
+    cache.set_many({counts.key("star"): b"~"})  # a reader crashed mid-fill
+    assert counts.counts("star") == EdgeCounts(2, 0)
+    assert cache.get_many([counts.key("star")]) == {counts.key("star"): b"c 2 0"}
+
+
+@pytest.mark.parametrize("garbage", [b"c 1", b"c x 2", b"c -1 2", b"\xff"])
+def test_bytes_that_are_not_a_count_are_counted_again(
+    raced: tuple[RacedStore, GraphApplier, CachedCounts], cache: MemcacheCluster, garbage: bytes
+) -> None:
+    _, applier, counts = raced
+    applier.apply([follow("a", "star", 1)])
+    cache.set_many({counts.key("star"): garbage})
+    assert counts.counts("star") == EdgeCounts(1, 0)
+    assert cache.get_many([counts.key("star")]) == {counts.key("star"): b"c 1 0"}  # repaired
