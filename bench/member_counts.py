@@ -1,9 +1,11 @@
 """11. Follower counts on the Mongo store: what a page's count costs when cached
 (graph/lists/counts.py), beside what it cost counted on the store's index on every page (the
 same-run baseline), and the first read after a change (the count filled again), for lists of
-1k, 100k and 1M members. The store is FANOUT_BENCH_MONGO_URL when set, else a FerretDB
-server started for the run (its SQLite backend scans a collection where MongoDB walks an
-index, so its recount is an upper bound of MongoDB's; the cached read does not touch it).
+1k and 100k members, and 1M on a real MongoDB. The store is FANOUT_BENCH_MONGO_URL when set,
+else a FerretDB server started for the run: its SQLite backend reads the whole collection to
+count where MongoDB walks an index (about a second per count whatever the list, here), so its
+recount only bounds MongoDB's from above and a 1M list would take hours to count 2x RECOUNTS
+times; the cached read never touches the store, so its figure does not depend on the server.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from fanout.settings import Settings
 from graph.lists.counts import CachedCounts
 from graph.model.edges import EdgeChange, EdgeStore
 
-SIZES = {"l1k": 1_000, "l100k": 100_000, "l1m": 1_000_000}
+SIZES = {"l1k": 1_000, "l100k": 100_000}
+ON_MONGODB = {**SIZES, "l1m": 1_000_000}
 QUICK = {"l1k": 1_000, "l10k": 10_000}
 BATCH = 20_000  # edges per store write while building
 READS = 200  # cached reads per list
-RECOUNTS = 20  # recounts and fills per list
+RECOUNTS = 5  # recounts and fills per list
 
 
 def run(settings: Settings, report: Report) -> None:
-    sizes = QUICK if report.quick else SIZES
+    real = "FANOUT_BENCH_MONGO_URL" in os.environ
+    sizes = QUICK if report.quick else ON_MONGODB if real else SIZES
     with mongo_url() as url, sandbox(settings, "bcnt", edge_store=url) as s:
         store = wiring.edge_store(s)
         lists = wiring.list_store(s, store)
@@ -58,7 +62,8 @@ def run(settings: Settings, report: Report) -> None:
                     cached_count=percentiles(cached),
                     counted_every_page=percentiles(recount),
                     first_read_after_a_change=percentiles(refilled),
-                    cached_over_counted=round(cached_p50 / recount_p50, 4),
+                    counted_over_cached=round(recount_p50 / cached_p50),
+                    server="FANOUT_BENCH_MONGO_URL" if real else "FerretDB (SQLite backend)",
                 )
                 bars.append((f"{n:,}", cached_p50))
             report.write(bars, "cached count read p50 (ms)")
