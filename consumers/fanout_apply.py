@@ -17,13 +17,11 @@ in its group. Three paths by follower count:
 A ``post_deleted`` is applied before the batch's posts: the store's tombstone (permanent), then
 the post's body item set to deleted (graph/timelines/post_bodies.py: every page reads through
 it, so from then on no page shows the post), the author's page item dropped
-(graph/timelines/author_pages.py, as after every post stored), a celebrity author's cached
-recent posts rewritten from the store, and then the post delivered again, as a post is, to the
-author's followers now: the same timeline entry appended once more changes no timeline's
-entries, but it changes the bytes of every cached timeline holding the post, which is what
-tells a rendered page kept by the page memo that it must be walked again
-(graph/timelines/page_memo.py). A post of the same batch, or any later one, with a deleted id
-is not delivered.
+(graph/timelines/author_pages.py, as after every post stored), and a celebrity author's
+cached recent posts rewritten from the store. Timelines keep the post's name: every page reads
+through the body, and rendered pages kept by the page memo see the deletion mark the body step
+changes (graph/timelines/post_bodies.py). A post of the same batch, or any later one, with a
+deleted id is not delivered.
 """
 
 from __future__ import annotations
@@ -103,9 +101,8 @@ class FanoutApplier:
                 deletions.append(PostRef(event.author, event.post_id))
             elif isinstance(event, FanoutTask):
                 chunks.append(event)
-        again: list[PostRecord] = []
         if deletions:
-            again = self._delete(deletions)
+            self._delete(deletions)
             pulse()
         if posts:
             # The stored time is the post's time: a post published twice with a new ``ts`` is
@@ -118,15 +115,14 @@ class FanoutApplier:
         deliveries: list[Delivery] = []
         delivered_posts: list[int] = []
         celebrities: set[str] = set()
-        for n, (post, followers) in enumerate(self._followers([*posts, *again], pulse)):
+        for post, followers in self._followers(posts, pulse):
             if len(followers) > self.celebrity_threshold:
                 celebrities.add(post.author)
             elif len(followers) > self.chunk_size:
                 self._publish_chunks(post, list(followers))
             else:
                 deliveries.append((token(True, TimelineEntry.of(post).member), list(followers)))
-                if n < len(posts):  # a deleted post delivered again has no latency to count
-                    delivered_posts.append(post.ts)
+                delivered_posts.append(post.ts)
         for task in chunks:
             entry = TimelineEntry(task.post_ts, task.author, task.post_id)
             deliveries.append((token(True, entry.member), task.followers))
@@ -146,18 +142,16 @@ class FanoutApplier:
         self.stats.skipped += self.timelines.stats.skipped_absent - skipped
         self._account(posts, delivered_posts)
 
-    def _delete(self, posts: list[PostRef]) -> list[PostRecord]:
-        """Tombstones, then body items, author pages and celebrities' cached posts: each step
-        after the store write it depends on, each idempotent, so a retried batch repeats them
-        all. Returns the deleted posts that had been stored, to be delivered again to the
-        authors' followers (after the body says deleted)."""
-        stored = self.store.delete_posts(posts)
+    def _delete(self, posts: list[PostRef]) -> None:
+        """Tombstones, then body items (and the deletion mark), author pages and celebrities'
+        cached posts: each step after the store write it depends on, each idempotent, so a
+        retried batch repeats them all."""
+        self.store.delete_posts(posts)
         self.bodies.delete(posts)
         self.author_pages.invalidate([p.author for p in posts])
         celebrities = {p.author for p in posts} & self.store.celebrities()
         self.celebrity_posts.refresh(celebrities)
         self.stats.deleted += len(posts)
-        return [PostRecord(ref.author, ref.post_id, ts) for ref, ts in stored.items()]
 
     def _followers(
         self, posts: list[PostRecord], pulse: Pulse

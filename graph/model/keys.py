@@ -77,6 +77,11 @@ class KeySpace:
         prefix = f"{self.namespace}|{code}|"
         return (prefix + (" " + prefix).join(users)).encode("ascii").split(b" ")
 
+    def deletions_key(self) -> bytes:
+        """``{ns}|deletions``: a fresh value after every deletion of a post
+        (graph/timelines/post_bodies.py, the page memo's guard)."""
+        return f"{self.namespace}|deletions".encode("ascii")
+
     def celebrities_key(self) -> bytes:
         """``{ns}|celebrities``: the set of celebrities (one part after the namespace, so it
         is no list's key and no user's)."""

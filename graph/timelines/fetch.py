@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -69,8 +69,7 @@ REMEMBERED_USERS = 1 << 15
 class Remembered(NamedTuple):
     head: bytes  # the following list's head as last read (a committed index)
     celebrities: tuple[str, ...]  # celebrities the user followed then
-    keys: tuple[bytes, ...]  # the next read's batch: derived from the two above, then bodies
-    bodies: tuple[bytes, ...] = ()  # the post bodies of the last first page (keys' tail)
+    keys: tuple[bytes, ...]  # the next read's batch: derived from the two above
 
 
 class ReadMemory:
@@ -139,14 +138,16 @@ class TimelineFetch:
 
     def batch_keys(self, user: str, last: Remembered | None) -> Sequence[bytes]:
         """The keys of a read's first multi-GET: the following list's head, the timeline, the
-        celebrity set, and the shards and celebrities of ``last`` (what ``remembered`` said of
-        the user's last read: taken once, before the batch is sent)."""
+        celebrity set, the deletion mark (graph/timelines/post_bodies.py), and the shards and
+        celebrities of ``last`` (what ``remembered`` said of the user's last read: taken once,
+        before the batch is sent)."""
         if last is not None:
             return last.keys
         return [
             self._lists.index_key(ListRef(ListKind.FOLLOWING, user)),
             self._timelines.index_key(ListRef(ListKind.TIMELINE, user)),
             self._celebrity_posts.set_key,
+            self._timelines.keys.deletions_key(),
         ]
 
     def _remember(self, user: str, head: bytes, celebrities: list[str]) -> Remembered:
@@ -156,18 +157,6 @@ class TimelineFetch:
         shards = self._lists.named_shards(first[0], head)
         keys = (*first, *shards, *self._celebrity_posts.keys(celebrities))
         return Remembered(head, tuple(celebrities), keys)
-
-    def remember_bodies(self, user: str, keys: Iterable[bytes]) -> None:
-        """The post bodies a first page just needed (graph/timelines/post_bodies.py), asked
-        in the next read's batch: a page that has not changed then needs no second round trip.
-        Body items are read through their own validation, so asking them early changes no
-        argument above; only what the batch holds."""
-        last = self._memory.get(user)
-        bodies = tuple(keys)
-        if last is None or last.bodies == bodies:
-            return
-        base = last.keys[: len(last.keys) - len(last.bodies)]
-        self._memory.put(user, last._replace(keys=(*base, *bodies), bodies=bodies))
 
     def fetch(self, user: str) -> Fetched:
         last = self.remembered(user)

@@ -16,16 +16,14 @@ function of the remembered read and the items (the walk has no clock and no rand
 and settings are fixed for a process). Only reads answered by their first multi-GET, and by post
 bodies read after it (graph/timelines/post_bodies.py), are remembered here, so the replies cover
 everything they read but those bodies. A body changes only from a post's text to deleted (texts
-never change; an evicted body is filled with the same text), and a deletion changes the replies
-of every page that showed the post: the fan-out delivers the deleted post again to the author's
-followers (consumers/fanout_apply.py), which changes the bytes of every cached timeline holding
-it (the same entry twice is one entry: nothing else changes), and the bodies of a celebrity's
-posts, which are not delivered, are asked in the first multi-GET itself
-(``TimelineReader._remember_celebrity_bodies``). A reader who followed the author only after
-the deletion read the followers has a timeline regenerated after the tombstone, without the
-post. Nothing here depends on CAS ids or on which run of a server answered: an item rewritten
-with the same bytes (the celebrity set, rebuilt every few seconds) or a restarted server holding
-the same bytes gives the same page, and is one.
+never change; an evicted body is filled with the same text), and every first multi-GET asks the
+deletion mark, which each deletion sets to a value never held before, after the body's
+(graph/timelines/post_bodies.py): a page that showed a post deleted since has replies with an
+older mark, which no later read gets back, whatever then happens to the timeline's bytes. A page
+is kept only with the mark in its replies (a read that finds none is not warm). Nothing here
+depends on CAS ids or on which run of a server answered: an item rewritten with the same bytes
+(the celebrity set, rebuilt every few seconds) or a restarted server holding the same bytes
+gives the same page, and is one.
 
 Bounded by the bytes held (rendered bodies copied to their size, the replies, a fixed overhead
 per entry), least recently used first out. Everything held is plain tuples, bytes and strings,

@@ -22,6 +22,18 @@ answer read after the item's ``~``). Deliveries of a deleted post (a replay, a c
 up) and stale celebrity items can still bring its name into a page's candidates: the body
 hides it all the same. Nothing depends on the order of deliveries, fills and deletions.
 
+**The deletion mark, for pages kept rendered.** The page memo (graph/timelines/page_memo.py)
+serves a rendered page again when its first multi-GET's replies are the same bytes, without
+reading bodies. So every first multi-GET asks ``{ns}|deletions`` too, and every deletion SETs
+it to a fresh random value after its bodies' ``x`` (``delete``). A page rendered from a body
+read before the ``x`` had its first multi-GET before that, hence before the mark's SET: its
+replies hold an older mark, and no later read finds that value again (values are never
+reused; an evicted mark is absent, then ADDed fresh by the next blocking read, ``keep_mark``,
+and a warm read that finds none keeps nothing). Whatever brings the post's name back into a
+timeline's bytes (a compaction or a regeneration rewriting the very bytes kept, a chunk task
+still queued, a late celebrity refresh) cannot make such a page served again. Each deletion
+costs every kept page one walk.
+
 Texts never change (a post published again keeps the first text, ``store_posts``), so an item
 once live stays right until the deletion rewrites it. Items expire after ``heal_s``, as every
 cached item does (docs/guarantees.md, bounded self-healing); an expired or evicted item is
@@ -31,6 +43,7 @@ filled again from the store, one query per page, not one per post.
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -117,6 +130,7 @@ class PostBodies:
     def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, heal_s: int) -> None:
         self._cache = cache
         self._store = store
+        self.mark_key = keys.deletions_key()
         self._prefix = f"{keys.namespace}|{CODE}|"
         self._key_prefix = self._prefix.encode("ascii")
         self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
@@ -220,6 +234,19 @@ class PostBodies:
             return
         keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
         outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED), self._expire)
-        failed = [k for k in keys if outcomes.get(k) is not Outcome.STORED]
+        outcomes.update(self._cache.set_many({self.mark_key: _fresh_mark()}, self._expire))
+        failed = [k for k in [*keys, self.mark_key] if outcomes.get(k) is not Outcome.STORED]
         if failed:
-            raise BodyWriteError(f"{len(failed)} deleted posts' items not written: {failed[0]!r}")
+            raise BodyWriteError(f"{len(failed)} deletion items not written: {failed[0]!r}")
+
+    def keep_mark(self, found: Mapping[bytes, Item]) -> None:
+        """A read whose first multi-GET (``found``) did not find the deletion mark puts a fresh
+        one (evicted, expired, a restarted server, or no deletion yet): a page is kept by the
+        page memo only with the mark in its replies (module docstring)."""
+        if self.mark_key not in found:
+            self._cache.add_many({self.mark_key: _fresh_mark()}, self._expire)
+
+
+def _fresh_mark() -> bytes:
+    """Never a value the mark held before: 96 random bits."""
+    return secrets.token_hex(12).encode("ascii")

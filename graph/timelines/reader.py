@@ -166,6 +166,7 @@ class TimelineReader:
         A walk shorter than it asked ends the view, which is where the cap cuts: there the
         bodies of every post walked above it are read too, so that deleted posts are not
         counted towards the cap (the view is the newest ``cap`` posts that exist)."""
+        self.bodies.keep_mark(got.found)
         gone: frozenset[str] = frozenset()
         ahead = 0
         while True:
@@ -182,23 +183,8 @@ class TimelineReader:
             gone |= found
             ahead = 2 * ahead + len(found) + limit
         entries = entries[:limit]
-        if cursor is None:
-            self._remember_celebrity_bodies(user, got, entries, gone)
         texts = [bodies.texts.get(e.post) for e in entries]
         return Walked(entries, len(got.following), texts)
-
-    def _remember_celebrity_bodies(
-        self, user: str, got: Fetched, entries: list[TimelineEntry], gone: frozenset[str]
-    ) -> None:
-        """The next first page asks for the bodies of its celebrities' posts in its first
-        multi-GET, so that the page memo sees their deletions in its replies: a celebrity's
-        deleted post is not delivered again (consumers/fanout_apply.py), and a celebrity's
-        cached posts can be rewritten with the very bytes a memo kept (a late refresh). Other
-        posts' deletions change the timeline item itself (graph/timelines/page_memo.py)."""
-        celebrities = set(got.celebrities)
-        posts = [e.post for e in entries if e.author in celebrities]
-        posts += sorted(p for p in gone if p.partition("!")[0] in celebrities)
-        self.fetcher.remember_bodies(user, self.bodies.keys(posts))
 
     def _drop_stale_celebrities(self, got: Fetched, deleted: set[str]) -> None:
         """A celebrity's cached posts holding a deleted post are stale: written from a store

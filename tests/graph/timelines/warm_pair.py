@@ -77,14 +77,12 @@ class Pair:
         self.store.add_celebrities([author])
         self.blocking.celebrity_posts.refresh([author])
 
-    def delete(self, author: str, post_id: str, followers: list[str]) -> None:
-        """The fan-out of an ordinary author's deletion: the store's tombstone, the post's body
-        item, then the post delivered again."""
+    def delete(self, author: str, post_id: str) -> None:
+        """The fan-out's deletion: the store's tombstone, then the post's body item and the
+        deletion mark (a celebrity's cached posts are left as they were: a late refresh)."""
         ref = PostRef(author, post_id)
-        ts = self.store.delete_posts([ref])[ref]
+        self.store.delete_posts([ref])
         self.blocking.bodies.delete([ref])
-        entry = TimelineEntry(ts, author, post_id)
-        self.blocking.timelines.deliver([(token(True, entry.member), followers)])
 
     # -- keys --------------------------------------------------------------------------------
 
