@@ -24,9 +24,11 @@ only way to backfill a new followee's older posts or to refill the places an unf
 posts leave behind in a capped timeline. Regeneration is lazy (next read or delivery) and the
 read-time filter covers the moment in between.
 
-Every user whose edges the batch wrote has its cached count dropped (graph/lists/counts.py),
-after the store write and whether or not the write changed anything (a batch applied again
-after a crash drops them again).
+Every user of the batch's changes and removals has its cached count marked stale
+(graph/lists/counts.py), after the store write, whatever the store answered: a change the store
+wrote and then switched off again (a follow that lost to a removal committed meanwhile) changed
+the count for a moment, and a reader may have counted that moment. A batch applied again after
+a crash marks them again.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Recorded:
     changes: int
     live: list[EdgeChange]  # not refused by the store: their tokens are appended
     removals: int
+    users: set[str] = field(default_factory=set)  # every user of a change or a removal
     removed_ops: Ops = field(default_factory=dict)  # "-user" for each removed user's neighbours
     stale: set[ListRef] = field(default_factory=set)  # lists to drop and rebuild instead
 
@@ -102,8 +105,10 @@ class GraphApplier:
 
         live = self.store.apply(changes) if changes else []
         recorded = Recorded(len(changes), live, len(removals))
+        recorded.users.update(u for c in changes for u in (c.follower, c.followee))
         for user, pos in removals:
             removed = self.store.remove_user(user, pos)
+            recorded.users.update((user, *removed.followers, *removed.following))
             recorded.stale.update(ListRef(kind, user) for kind in ListKind)
             recorded.stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
             for follower in removed.followers:
@@ -123,10 +128,7 @@ class GraphApplier:
         for ref, removed in recorded.removed_ops.items():
             ops.setdefault(ref, []).extend(removed)
         self.lists.apply(ops)
-        self.counts.changed(
-            [ref.user for ref in ops]
-            + [ref.user for ref in recorded.stale if ref.kind is not ListKind.TIMELINE]
-        )
+        self.counts.changed(recorded.users)
         appended = set(ops) - self.lists.skipped
         followers_changed = {c.follower for c in recorded.live}
         self.lists.invalidate(

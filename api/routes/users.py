@@ -3,12 +3,12 @@ query ``GET /v1/users/{a}/following/{b}``, all answered by the edge store, the s
 
 A page is one range of the store's index past the cursor (``members > cursor ORDER BY member
 LIMIT n+1``). Its count is the page's own length when the first page holds the whole list, else
-one lookup: the store's kept count, or the Mongo store's count cached until the user's edges
-change (graph/lists/counts.py). What a page costs does not depend on the list's size, so no
-client can make the server read a whole list, whatever list it builds. The cursor is the last
-member shown (a user id); any user id is a place in a list, so any cursor the OpenAPI pattern
-admits is accepted. An empty list is told by its first page, before any count is asked: an
-unknown user costs store lookups and no cache item.
+one lookup: the store's kept count, or the Mongo store's cached count, counted again at most
+once a second after the user's edges change (graph/lists/counts.py). What a page costs does
+not depend on the list's size, so no client can make the server read a whole list, whatever
+list it builds. The cursor is the last member shown (a user id); any user id is a place in a
+list, so any cursor the OpenAPI pattern admits is accepted. An empty list is told by its first
+page, before any count is asked: an unknown user costs store lookups and no cache item.
 """
 
 from __future__ import annotations

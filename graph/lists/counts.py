@@ -7,37 +7,46 @@ index of active edges, which costs as much as the list is long, and cannot keep 
 an edge without a transaction; so its counts are cached (``CachedCounts``): one memcached item
 per user, ``{ns}|ct|{user}`` = ``c <followers> <following>``, or ``~`` while a reader fills it.
 
-**Why a cached count is exact.** The graph consumer DELETEs the item of every user whose edges a
-batch wrote, after the store write and before the batch is committed (consumers/graph_apply.py;
-a batch applied again after a crash deletes again). A reader fills an item through the fence of
-the lists (graph/lists/fencing.py): ADD ``~``, ``gets``, count the store, CAS over the ``~`` it
-saw. Take a write W whose store write a filler F's count missed: W's store write came after F's
-count, hence after F's ``gets``, and W's DELETE after that; if the DELETE came before F's CAS,
-the CAS finds nothing and fails; if after, it drops F's count. So no count committed misses a
-write for longer than its batch takes to apply, in any interleaving of readers and writers; an
-eviction or a restart between ``gets`` and CAS fails the CAS too, and an item expires after
-``heal_s`` as every cached item does. The ``~`` need not be the reader's own: readers filling at
-once each count after their ``gets`` and the first CAS stands (it changes the item, so the
-others fail), and a ``~`` left by a crashed reader (or bytes that are not a count) is filled by
-the next.
+**Why a cached count is right.** The graph consumer marks the item of every user whose edges a
+batch wrote stale (APPEND `` s``; DELETE where the item takes no APPEND), after the store write
+and before the batch is committed (consumers/graph_apply.py; a batch applied again after a
+crash marks again). A reader counts the store through the fence of the lists
+(graph/lists/fencing.py): ADD ``~``, ``gets``, count, CAS over what it saw if that was not a
+fresh count. Take a write W whose store write a count C missed: W's store write came after C,
+hence after C's ``gets``, and W's mark after that. If the mark came before C's CAS, it changed
+the item (or, the item gone, the CAS finds nothing), and the CAS fails; if after, it marks C's
+count stale. So a fresh count never misses a write whose batch has been applied, in any
+interleaving of readers and writers. A memcached restart between a ``gets`` and its CAS closes
+the connection the CAS would go on (the client never reconnects in between,
+memcache/wire.py), so that CAS fails too: CAS ids restart from 1 with the server and are not
+what rules it out. An item expires after ``heal_s``, as every cached item does.
 
-A count is counted once per change of the user's lists (the first page read after a batch that
-touched them), not once per page; between changes a page pays one GET.
+**Bounded work.** A stale count is counted again by one reader at a time, at most once per
+``RECOUNT_S`` per user: the reader that ADDs the user's lease ``{ns}|cl|{user}`` (which lives
+that long) counts and answers the new count; every other reader answers the stale count at once.
+So a page costs one GET, plus at most one count of the list per second whatever the readers and
+the changes (a client publishing changes that change nothing included), and a count is at most
+``RECOUNT_S`` behind the store once the consumers have caught up (a reader after that is elected
+and counts). Only a user with no count at all (never read, or evicted) is counted by every
+reader that is not elected, without caching.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from graph.lists.token_lists import TokenLists
 from graph.model.edges import EdgeCounts, EdgeStore
 from graph.model.keys import KeySpace
-from memcache import Item
+from memcache import Item, Outcome
 from memcache.interface import Cache
 
 FILLING = b"~"
+STALE = b" s"
 _COUNTED = b"c"
+# A stale count is counted again at most once per RECOUNT_S per user (``CachedCounts``).
+RECOUNT_S = 1
 
 
 class CountSource(Protocol):
@@ -63,15 +72,29 @@ class KeptCounts:
         pass
 
 
+class Cached(NamedTuple):
+    counts: EdgeCounts
+    stale: bool  # a batch changed the user's edges since it was counted
+
+
 class CachedCounts:
     """Counts of a store that counts by reading, cached through the fence (module docstring).
-    Not thread-safe: one per thread, as the cache client."""
+    Not thread-safe: one per thread, as the cache client. ``recount_s``: how long a user's
+    count is not counted again after it was (0: whenever it is stale)."""
 
-    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, heal_s: int) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        store: EdgeStore,
+        keys: KeySpace,
+        heal_s: int,
+        recount_s: int = RECOUNT_S,
+    ) -> None:
         self._cache = cache
         self._store = store
         self._keys = keys
         self._expire = heal_s  # as every cached item (docs/guarantees.md, bounded self-healing)
+        self._recount_s = recount_s
 
     def key(self, user: str) -> bytes:
         return self._keys.count_keys([user])[0]
@@ -79,30 +102,53 @@ class CachedCounts:
     def counts(self, user: str) -> EdgeCounts:
         key = self.key(user)
         item = self._cache.gets_many([key]).get(key)
-        counted = None if item is None else _parse(item.value)
-        return counted if counted is not None else self._fill(key, user)
+        cached = None if item is None else _parse(item.value)
+        if cached is not None and not cached.stale:
+            return cached.counts
+        if not self._elected(user):  # another reader counts it, or did within recount_s
+            return cached.counts if cached is not None else self._store.recounted(user)
+        return self._fill(key, user)
+
+    def _elected(self, user: str) -> bool:
+        """Whether this reader counts: the one that ADDs the user's recount lease, which lives
+        ``recount_s`` (so a user is counted at most once in that time, however many readers
+        and changes)."""
+        if self._recount_s <= 0:
+            return True
+        lease = self._keys.count_lease_keys([user])[0]
+        won = self._cache.add_many({lease: b"1"}, self._recount_s)
+        return won.get(lease) is Outcome.STORED
 
     def _fill(self, key: bytes, user: str) -> EdgeCounts:
         self._cache.add_many({key: FILLING}, self._expire)
         seen: Item | None = self._cache.gets_many([key]).get(key)
         counted = self._store.recounted(user)
-        if seen is not None and _parse(seen.value) is None:  # ``~``, or bytes not ours
+        if seen is not None and ((cached := _parse(seen.value)) is None or cached.stale):
             value = b"%s %d %d" % (_COUNTED, counted.followers, counted.following)
             self._cache.cas_many({key: (value, seen.cas)}, self._expire)
         return counted
 
     def changed(self, users: Iterable[str]) -> None:
-        """Checked DELETEs (a server that does not answer raises, and the batch is retried)."""
+        """Marks the users' counts stale (APPEND ``STALE``: the value stays, for the readers
+        that are not elected to count); an item that takes no APPEND (missing, or at
+        memcached's size limit) is deleted. Both checked: a server that does not answer raises,
+        and the batch is retried."""
         unique = sorted(set(users))
-        if unique:
-            self._cache.delete_many(self._keys.count_keys(unique))
+        if not unique:
+            return
+        keys = self._keys.count_keys(unique)
+        appended = self._cache.append_many(dict.fromkeys(keys, STALE))
+        self._cache.delete_many([k for k in keys if appended.get(k) is not Outcome.STORED])
 
 
-def _parse(value: bytes) -> EdgeCounts | None:
-    parts = value.split(b" ")
+def _parse(value: bytes) -> Cached | None:
+    """``c <followers> <following>``, then any number of ``STALE`` marks; None for ``~`` (with
+    marks or not) and for bytes that are not a count."""
+    base = value.rstrip(b" s")
+    parts = base.split(b" ")
     if len(parts) != 3 or parts[0] != _COUNTED or not (parts[1].isdigit() and parts[2].isdigit()):
-        return None  # ``~``, or bytes that are not a count: counted again
-    return EdgeCounts(int(parts[1]), int(parts[2]))
+        return None
+    return Cached(EdgeCounts(int(parts[1]), int(parts[2])), len(base) != len(value))
 
 
 def list_counts(store: EdgeStore, lists: TokenLists) -> CountSource:

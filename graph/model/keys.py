@@ -20,6 +20,7 @@ SEP = b"|"
 CELEBRITY_POSTS = "cp"
 AUTHOR_POSTS = "ap"
 COUNTS = "ct"
+COUNT_LEASES = "cl"
 # memcached keys: printable ASCII without spaces, at most 250 bytes. The namespace is a setting,
 # not user input, but it is checked all the same: it must not hold the separator.
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,32}")
@@ -67,6 +68,10 @@ class KeySpace:
     def count_keys(self, users: Sequence[str]) -> list[bytes]:
         """``{ns}|ct|{user}``: a user's follower and following counts (graph/lists/counts.py)."""
         return self._user_keys(COUNTS, users)
+
+    def count_lease_keys(self, users: Sequence[str]) -> list[bytes]:
+        """``{ns}|cl|{user}``: who counts a user's stale count (graph/lists/counts.py)."""
+        return self._user_keys(COUNT_LEASES, users)
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
         if not all_valid_ids(users):

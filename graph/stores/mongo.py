@@ -26,9 +26,9 @@ Follower and following counts are counted on the covered index of active edges
 (``count_documents`` on ``(_f, a)``): exact whatever the interleaving of writers, but their cost
 grows with the list (index keys, not documents). Keeping them beside the edges needs each
 change's before-image and a second document written atomically with the edge, which MongoDB
-gives only in a transaction; so the count is cached instead, and counted again only after the
-user's edges change (graph/lists/counts.py). The SQLite store keeps them (triggers in the edge's
-own transaction).
+gives only in a transaction; so the count is cached instead, and counted again after the user's
+edges change, at most once a second (graph/lists/counts.py). The SQLite store keeps them
+(triggers in the edge's own transaction).
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ class MongoEdgeStore(StoreQueries):
 
     def counts(self, user: str) -> EdgeCounts:
         """Counted on the covered index of active edges (see the module's docstring): pages
-        ask ``graph.lists.counts.CachedCounts``, which counts once per change."""
+        ask ``graph.lists.counts.CachedCounts``, which counts a user at most once a second."""
         return self.recounted(user)
 
     def recounted(self, user: str) -> EdgeCounts:
