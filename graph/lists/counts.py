@@ -21,14 +21,16 @@ the connection the CAS would go on (the client never reconnects in between,
 memcache/wire.py), so that CAS fails too: CAS ids restart from 1 with the server and are not
 what rules it out. An item expires after ``heal_s``, as every cached item does.
 
-**Bounded work.** A stale count is counted again by one reader at a time, at most once per
-``RECOUNT_S`` per user: the reader that ADDs the user's lease ``{ns}|cl|{user}`` (which lives
-that long) counts and answers the new count; every other reader answers the stale count at once.
-So a page costs one GET, plus at most one count of the list per second whatever the readers and
-the changes (a client publishing changes that change nothing included), and a count is at most
-``RECOUNT_S`` behind the store once the consumers have caught up (a reader after that is elected
-and counts). Only a user with no count at all (never read, or evicted) is counted by every
-reader that is not elected, without caching.
+**Bounded work.** A stale count is counted again by one reader at a time, at most once a second
+per user: the reader that ADDs the user's lease ``{ns}|cl|{user}`` (``RECOUNT_S``, which
+memcached's whole-second clock makes 1 to 2 s) counts and answers the new count; every other
+reader answers the stale count at once. So a page costs one GET, plus at most one count of the
+list per second whatever the readers and the changes (a client publishing changes that change
+nothing included), and a count is at most ``RECOUNT_S`` behind the store once the consumers have
+caught up (a reader after that is elected and counts). While batches keep landing a count may
+never be fresh, but the one left stale is the newest elected count (``_leave_stale``). Only a
+user with no count at all (never read, or evicted) is counted by every reader that is not
+elected, until the first elected count ends.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from memcache.interface import Cache
 FILLING = b"~"
 STALE = b" s"
 _COUNTED = b"c"
-# A stale count is counted again at most once per RECOUNT_S per user (``CachedCounts``).
-RECOUNT_S = 1
+# The recount lease's life. memcached's clock counts whole seconds, so an item given 2 s lives
+# between 1 and 2 s: a stale count is counted again at most once a second per user.
+RECOUNT_S = 2
 
 
 class CountSource(Protocol):
@@ -125,8 +128,21 @@ class CachedCounts:
         counted = self._store.recounted(user)
         if seen is not None and ((cached := _parse(seen.value)) is None or cached.stale):
             value = b"%s %d %d" % (_COUNTED, counted.followers, counted.following)
-            self._cache.cas_many({key: (value, seen.cas)}, self._expire)
+            stored = self._cache.cas_many({key: (value, seen.cas)}, self._expire)
+            if stored.get(key) is not Outcome.STORED:
+                self._leave_stale(key, value)
         return counted
+
+    def _leave_stale(self, key: bytes, value: bytes) -> None:
+        """A batch marked the item while it was counted, so the count is not fresh; it is left
+        marked stale in place of ``~`` or of an older stale count, so that readers that are not
+        elected answer the newest count there is, not none (each counting the store) nor one
+        that batches landing during every count would leave behind for good. A stale count is
+        never taken for a fresh one, so this changes no argument. The CAS fails where a reader
+        or a batch got there first: theirs stands."""
+        now: Item | None = self._cache.gets_many([key]).get(key)
+        if now is not None and ((cached := _parse(now.value)) is None or cached.stale):
+            self._cache.cas_many({key: (value + STALE, now.cas)}, self._expire)
 
     def changed(self, users: Iterable[str]) -> None:
         """Marks the users' counts stale (APPEND ``STALE``: the value stays, for the readers

@@ -166,6 +166,32 @@ def test_a_stale_count_is_counted_by_one_reader_and_answered_stale_to_the_others
     assert {r.counts("star") for r in readers} == {EdgeCounts(3, 0)}  # fresh for everyone
 
 
+def test_a_first_count_that_a_batch_interrupted_is_left_stale_for_the_other_readers(
+    raced: tuple[RacedStore, GraphApplier, CachedCounts], cache: MemcacheCluster
+) -> None:
+    """No count cached yet, and a batch lands during the elected reader's count, as it does for
+    a user whose changes come faster than a count: the others must still get a value to
+    answer, not count the store each."""
+    store, applier, _ = raced
+    keys = applier.lists.keys
+    leased = CachedCounts(cache, store, keys, 3600, recount_s=60)
+    applier.apply([follow("a", "star", 1)])
+    store.meanwhile = lambda: applier.apply([follow("b", "star", 2)])
+    assert leased.counts("star") == EdgeCounts(1, 0)  # counted before the follow landed
+    assert cache.get_many([leased.key("star")]) == {leased.key("star"): b"c 1 0 s"}
+    counted = store.recounts
+    others = [CachedCounts(cache, store, keys, 3600, recount_s=60) for _ in range(4)]
+    assert {r.counts("star") for r in others} == {EdgeCounts(1, 0)}  # stale, none counted
+    assert store.recounts == counted
+    cache.delete_many(keys.count_lease_keys(["star"]))  # the lease expires, and batches land
+    store.meanwhile = lambda: applier.apply([follow("c", "star", 3)])  # during the next count
+    assert others[0].counts("star") == EdgeCounts(2, 0)
+    assert cache.get_many([leased.key("star")]) == {leased.key("star"): b"c 2 0 s"}  # newest
+    assert {r.counts("star") for r in others[1:]} == {EdgeCounts(2, 0)}
+    cache.delete_many(keys.count_lease_keys(["star"]))
+    assert others[0].counts("star") == EdgeCounts(3, 0)
+
+
 def test_an_eviction_or_a_restart_between_gets_and_cas_commits_nothing(
     raced: tuple[RacedStore, GraphApplier, CachedCounts], cache: MemcacheCluster
 ) -> None:
