@@ -41,7 +41,7 @@ from itertools import repeat
 from consumers.positions import Positioned
 from consumers.pulse import Pulse, no_pulse
 from graph import EdgeChange, EdgeStore, ListKind, ListRef, ListStore
-from graph.lists.counts import CountSource, KeptCounts
+from graph.lists.counts import CountSource, list_counts
 from schemas import Follow, Unfollow, UserRemoved
 
 GRAPH_EVENTS = (Follow, Unfollow, UserRemoved)
@@ -76,7 +76,7 @@ class GraphApplier:
     ) -> None:
         self.store = store
         self.lists = lists
-        self.counts = KeptCounts(store) if counts is None else counts
+        self.counts = list_counts(store, lists) if counts is None else counts
 
     def apply(self, batch: Sequence[Positioned], pulse: Pulse = no_pulse) -> GraphBatchResult:
         """The store's part, then the lists' (a batch is bounded by the graph batch size: one

@@ -14,7 +14,6 @@ from consumers.metrics import ConsumerMetrics
 from fanout.settings import Settings
 from graph import EdgeStore, ListSettings, ListStore, open_edge_store
 from graph.lists.capped import CappedListStore
-from graph.lists.counts import list_counts
 from graph.lists.token_lists import ListStats
 from graph.timelines.author_pages import AuthorPages
 from graph.timelines.celebrity_posts import CelebrityPosts
@@ -141,8 +140,7 @@ def dlq_limit(settings: Settings) -> DlqLimit:
 
 def graph_applier(settings: Settings) -> GraphApplier:
     store = edge_store(settings)
-    lists = list_store(settings, store)
-    return GraphApplier(store, lists, list_counts(store, lists))
+    return GraphApplier(store, list_store(settings, store))
 
 
 def graph_loop(
