@@ -1,6 +1,7 @@
-"""5. Timeline reads: p50/p99 of a first page (50 entries) for ordinary users and for users who
-follow a celebrity (merged at read time), next to a plain GET of one value as large as the
-timeline item plus 50 entries, through the same client.
+"""5. Timeline reads: p50/p99 of a first page (50 entries, each post with a text of ``TEXT_LEN``
+characters) for ordinary users and for users who follow a celebrity (merged at read time), next
+to a plain GET of one value as large as the timeline item plus 50 entries, through the same
+client.
 
 The machine is shared and its speed drifts by 2x within seconds, so reads and GETs are timed in
 alternating blocks (20 reads, one per user, then 20 GETs), and the ratio rows state the goal
@@ -37,6 +38,7 @@ from memcache.async_cluster import AsyncMemcache
 
 USERS = 300
 BLOCK = 20  # reads (one per user) or GETs per block
+TEXT_LEN = 140  # each post's text, read with the page (graph/timelines/post_bodies.py)
 GOALS = {"ordinary": 3.0, "celebrity_follower": 5.0}  # read p50 / plain GET p50, at most
 GOALS |= {f"{kind} (event loop)": goal for kind, goal in GOALS.items()}
 READS = (("timeline read", "over_plain_get"), ("memo read", "memo_over_plain_get"))
@@ -78,7 +80,8 @@ def _populate(s: Settings, posts: int) -> None:
     with wiring.publisher(s) as publisher:
         for k in range(posts):
             author = "celeb" if k % 5 == 0 else f"u{rng.randrange(USERS)}"
-            publisher.publish({"type": "post", "author": author, "post_id": f"p{k}"})
+            text = "".join(rng.choices("abcdefghij klmnopqrst uvwxyz", k=TEXT_LEN))
+            publisher.publish({"type": "post", "author": author, "post_id": f"p{k}", "text": text})
     loop = wiring.fanout_loop(s, threading.Event())
     loop.run(until_idle=2.0)
     loop.source.close()
