@@ -34,10 +34,23 @@ timeline's bytes (a compaction or a regeneration rewriting the very bytes kept, 
 still queued, a late celebrity refresh) cannot make such a page served again. Each deletion
 costs every kept page one walk.
 
-Texts never change (a post published again keeps the first text, ``store_posts``), so an item
-once live stays right until the deletion rewrites it. Items expire after ``heal_s``, as every
-cached item does (docs/guarantees.md, bounded self-healing); an expired or evicted item is
-filled again from the store, one query per page, not one per post.
+**Texts known under a mark.** Texts never change (a post published again keeps the first text,
+``store_posts``), so an item once live stays right until the deletion rewrites it, and the
+deletion then changes the mark. So a body read live by the multi-GET ``read`` sends, after a
+first multi-GET that found the mark at M, is remembered in the process with M (``_KNOWN``), and
+a later read whose first multi-GET finds the mark at M takes the text from there without
+reading the item. Why that is never a post deleted before the later read began: take a
+deletion D of the post. Its ``x`` came after the remembered body read (which found the post
+live; after the ``x`` an item never says live, above), so D's mark SET came after that read's
+mark read, which found M; from then on the mark holds D's value, a later one, or none, never M
+again. A read that found M had its first multi-GET before D's mark SET, so before D was
+applied: the page memo's argument (graph/timelines/page_memo.py), post by post. Only bodies
+read after the mark are remembered: a body in ``found`` itself came from the same multi-GET as
+the mark, in no known order.
+
+Items expire after ``heal_s``, as every cached item does (docs/guarantees.md, bounded
+self-healing); an expired or evicted item is filled again from the store, one query per page,
+not one per post.
 """
 
 from __future__ import annotations
@@ -93,6 +106,10 @@ _UNKNOWN = Parsed(State.UNKNOWN)
 PARSED_MAX = 8192
 PARSED_VALUE_MAX = 1024
 _parsed: dict[bytes, Parsed] = {}
+# Live texts by body key, with the deletion mark the read that found them had found before
+# (module docstring): KNOWN_MAX of them (emptied when full), ~25 MiB at 140-character texts.
+KNOWN_MAX = 65536
+_KNOWN: dict[bytes, tuple[bytes, str | None]] = {}
 
 
 def _parse(value: bytes) -> Parsed:
@@ -154,13 +171,22 @@ class PostBodies:
         ``~`` fence (module docstring)."""
         bodies = Bodies()
         unread: dict[bytes, str] = {}
+        mark = found.get(self.mark_key)
+        known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (_KNOWN, mark.value)
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
-            if item is None or not self._take(bodies, post, item.value):
+            if item is not None and self._take(bodies, post, item.value):
+                continue
+            seen = known.get(key)
+            if seen is not None and seen[0] == stamp:
+                bodies.texts[post] = seen[1]
+            else:
                 unread[key] = post
         if not unread:
             return bodies
         got = self._cache.gets_many(list(unread))
+        if mark is not None:
+            _remember(got, stamp)
         empty = {k: p for k, p in unread.items() if k not in got}
         if empty:
             self._cache.add_many(dict.fromkeys(empty, FILLING), self._expire)
@@ -245,6 +271,20 @@ class PostBodies:
         page memo only with the mark in its replies (module docstring)."""
         if self.mark_key not in found:
             self._cache.add_many({self.mark_key: _fresh_mark()}, self._expire)
+
+
+_NOTHING_KNOWN: Mapping[bytes, tuple[bytes, str | None]] = {}
+
+
+def _remember(got: Mapping[bytes, Item], mark: bytes) -> None:
+    """The live texts of ``got`` (body items read after a first multi-GET that found ``mark``)
+    in ``_KNOWN``."""
+    if len(_KNOWN) + len(got) > KNOWN_MAX:
+        _KNOWN.clear()
+    for key, item in got.items():
+        parsed = _parse(item.value)
+        if parsed.state is State.LIVE:
+            _KNOWN[key] = (mark, parsed.text)
 
 
 def _fresh_mark() -> bytes:

@@ -5,20 +5,21 @@ for after each socket call while the loop holds it); under load the hops were mo
 latency and all of its tail (docs/decisions/event-loop-reads.md). Here the multi-GETs are sent from
 the event loop (memcache/async_cluster.py) and the page is walked on the loop.
 
-**The same code as every other read, never a second version of it.** The checks and the walk
-are ``TimelineFetch.settle`` and ``TimelineReader.page``, run by a reader of the loop's own whose
-memcached client answers multi-GETs from a record (``ReplayCache``) and whose edge store cannot
-be queried. A run that asks for a multi-GET beyond the record stops (``NotWarm`` with the
-keys); the keys are read on the loop, and the read runs again from the start with the longer
-record. The read is deterministic given what its multi-GETs return, so each run repeats the
-one before up to where it stopped, and the multi-GETs are sent in the order the blocking read
-sends them, each after the one before completed: a remembered user's read is one batch, a
-first read is two (the following list's shards after its head), a newly followed celebrity
-adds one. Anything else (a rebuild, a regeneration, a compaction, dropping a corrupt item, a
-wait for a list being built, a store query) raises ``NotWarm`` without keys: the read returns
-None, having changed nothing but the shared ``ReadMemory``, and the caller does the whole read
-the blocking way (which heals what needs healing). A corrupt member (``ValueError``,
-``IndexError``) is None too: the blocking read drops and regenerates the item.
+**The same code as every other read, never a second version of it.** The checks and the walk are
+``TimelineFetch.settle`` and ``TimelineReader.page``, run by a reader of the loop's own whose
+memcached client answers multi-GETs from a record (``ReplayCache``) and whose edge store cannot be
+queried. A run that asks for a multi-GET beyond the record stops (``NotWarm`` with the keys); the
+keys are read on the loop, and the read runs again from the start with the longer record. The read
+is deterministic given what its multi-GETs return (but for post texts the process learnt since the
+run before, which only leave keys out of a multi-GET), so each run repeats the one before up to
+where it stopped, and the multi-GETs are sent in the order the blocking read sends them, each after
+the one before completed: a remembered user's read is one batch, a first read is two (the following
+list's shards after its head), a newly followed celebrity adds one. Anything else (a rebuild, a
+regeneration, a compaction, dropping a corrupt item, a wait for a list being built, a store query)
+raises ``NotWarm`` without keys: the read returns None, having changed nothing but the shared
+``ReadMemory``, and the caller does the whole read the blocking way (which heals what needs
+healing). A corrupt member (``ValueError``, ``IndexError``) is None too: the blocking read drops
+and regenerates the item.
 
 The remembered read is taken once, before the batch is sent, and the same value builds the
 batch and judges it: graph/timelines/fetch.py's argument needs the batch sent after the
@@ -75,12 +76,18 @@ class ReplayCache:
         self._next = 0
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
+        """The next recorded multi-GET's items, if it asked at least ``keys``: a run may ask
+        a part of what the run before asked there, the posts whose texts the process learnt
+        meanwhile left out (graph/timelines/post_bodies.py)."""
         asked = list(keys)
         if self._next < len(self._record):
             recorded, found = self._record[self._next]
             if recorded == asked:
                 self._next += 1
                 return dict(found)
+            if set(asked).issubset(recorded):
+                self._next += 1
+                return {key: found[key] for key in asked if key in found}
         raise NotWarm("memcached", asked)
 
     def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:

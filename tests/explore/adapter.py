@@ -14,7 +14,8 @@ Things that are internals on purpose and would move with another redesign:
 - what makes a run time- and entropy-dependent, replaced for reproducibility: generation names
   (``graph.lists.fencing.new_generation``: a counter), rollover shard names and the deletion
   mark's values (``secrets`` in graph/lists/sharded.py and graph/timelines/post_bodies.py:
-  seeded), the claim TTL (``graph.lists.fencing.LEASE_S``: longer than any
+  seeded, so the texts known under a mark, ``post_bodies._KNOWN``, start empty in every run),
+  the claim TTL (``graph.lists.fencing.LEASE_S``: longer than any
   schedule, so a claim expires only as an injected fault) and a reader's wait for someone
   else's build (``TokenLists._pause``: a yield point on the virtual clock);
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
@@ -511,6 +512,7 @@ class World:
             (graph.lists.fencing, "LEASE_S", LEASE_S),
             (graph.lists.sharded, "secrets", SimpleNamespace(token_hex=self._hex)),
             (post_bodies, "secrets", SimpleNamespace(token_hex=self._hex)),
+            (post_bodies, "_KNOWN", {}),  # texts known under a mark: none from another run
             (TokenLists, "_pause", lambda lists: scheduler.sleep(0.01)),
         ]
         saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]

@@ -110,24 +110,30 @@ def reset(s: Setup) -> None:
     s.store.calls.clear()
 
 
-def test_a_warm_read_is_its_batch_and_its_bodies_and_no_store_query(setup: Setup) -> None:
+def test_a_warm_read_is_its_batch_then_the_texts_it_does_not_know_and_no_store_query(
+    setup: Setup,
+) -> None:
     s = setup
     for followee in ("a", "b", "star"):
         s.follow("me", followee)
     s.reader.read("me")  # cold: lists and timeline built from the store, items cached
+    s.reader.read("me")  # remembers the following list's head, finds the deletion mark
     posts = [s.post("a", "p1", 1000, ["me"]), s.post("b", "p2", 1001, ["me"])]
     s.celebrity_post("star", "s1", 1002)
-    s.reader.read("me")  # remembers the following list's head and the celebrity followed
     reset(s)
     shown = s.reader.read("me")
     assert shown == [TimelineEntry(1002, "star", "s1"), *reversed(posts)]
-    # One batch (the celebrity's post's body in it), then the bodies of the delivered posts.
-    assert s.cache.calls == {"gets_many": 2}
+    # The batch, the posts of the celebrity ``star`` has become since, then the bodies of the
+    # three posts, new to the process.
+    assert s.cache.calls == {"gets_many": 3}
     assert s.store.calls == {}
+    reset(s)
+    assert s.reader.read("me") == shown
+    assert s.cache.calls == {"gets_many": 1}  # the texts are known while the mark stands
     page = s.reader.page("me", 2)
     assert page.entries == shown[:2] and page.next is not None
     assert s.reader.page("me", 2, page.next).entries == shown[2:]
-    assert s.cache.calls == {"gets_many": 6} and s.store.calls == {}
+    assert s.cache.calls == {"gets_many": 3} and s.store.calls == {}
 
 
 def test_a_changed_following_list_is_read_after_its_new_head(setup: Setup) -> None:
@@ -146,7 +152,7 @@ def test_a_changed_following_list_is_read_after_its_new_head(setup: Setup) -> No
     assert s.cache.calls == {"gets_many": 3}
     reset(s)
     assert s.reader.read("me") == [entry]
-    assert s.cache.calls == {"gets_many": 2}  # the batch, then the body
+    assert s.cache.calls == {"gets_many": 1}  # the batch; the text is known
 
     s.lists.invalidate([ListRef(ListKind.FOLLOWING, "me")])  # a rebuild: a new generation
     assert s.reader.read("me") == [entry]
@@ -204,7 +210,7 @@ def test_readers_sharing_a_memory_use_each_others_last_read(
     thread.start()
     thread.join()
     assert found == [[entry]]
-    assert s.cache.calls == {"gets_many": 2}  # the remembered batch, then the body
+    assert s.cache.calls == {"gets_many": 1}  # the remembered batch; the text is known
 
 
 def model_view(

@@ -40,7 +40,7 @@ def warmed(pair: Pair) -> None:
     pair.blocking.page("me")  # cold: built from the store
     assert pair.both("me") is not None
     assert len(pair.warm("me").entries) == 6  # type: ignore[union-attr]
-    assert len(pair.multi_gets) == 2  # the remembered batch, then the page's bodies
+    assert len(pair.multi_gets) == 1  # the remembered batch: the texts are known, same mark
 
 
 def assert_none_and_nothing_written(pair: Pair, user: str = "me") -> None:
@@ -67,7 +67,7 @@ def test_a_remembered_read_is_one_batch_a_first_read_two_a_new_celebrity_one_mor
 
     assert pair.both("me") == first
     assert pair.warm("me") == first
-    assert len(pair.multi_gets) == 2  # remembered: shards in the batch; then the bodies
+    assert len(pair.multi_gets) == 1  # remembered: shards in the batch, the texts known
 
     head = cache.gets_many([pair.following_key("me")])
     pair.celebrity_post("star", "s1")
@@ -78,11 +78,11 @@ def test_a_remembered_read_is_one_batch_a_first_read_two_a_new_celebrity_one_mor
     assert len(pair.multi_gets) == 3  # its recent posts, not remembered, then the bodies
     assert pair.both("me") == page
     assert pair.warm("me") == page
-    assert len(pair.multi_gets) == 2  # the celebrity's post's body in the batch
+    assert len(pair.multi_gets) == 1  # and its post's text known, under the same mark
 
     pair.memory.forget("me")  # as a process that never read `me` (or forgot it)
     assert pair.warm("me") == page
-    assert len(pair.multi_gets) == 4  # batch, shards, the celebrity's posts, the bodies
+    assert len(pair.multi_gets) == 3  # batch, shards, the celebrity's posts; texts known
     assert pair.both("me") == page
 
 
@@ -170,7 +170,7 @@ def test_missing_celebrity_items_are_none_until_the_blocking_read_rebuilds_them(
         assert cache.gets_many([key]) == {}
         assert pair.blocking.page("me") == page  # rebuilds the item from the store
         assert pair.both("me") == page
-        assert len(pair.multi_gets) == 2
+        assert len(pair.multi_gets) == 1
 
 
 def test_every_page_with_a_cursor_is_the_blocking_page(pair: Pair) -> None:
