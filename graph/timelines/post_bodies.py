@@ -46,7 +46,9 @@ mark read, which found M; from then on the mark holds D's value, a later one, or
 again. A read that found M had its first multi-GET before D's mark SET, so before D was
 applied: the page memo's argument (graph/timelines/page_memo.py), post by post. Only bodies
 read after the mark are remembered: a body in ``found`` itself came from the same multi-GET as
-the mark, in no known order.
+the mark, in no known order. A text is read again ``heal_s`` after it was remembered, as an
+item expires: whatever wrote a wrong text into an item is gone from every process as from
+memcached (docs/guarantees.md, bounded self-healing).
 
 Items expire after ``heal_s``, as every cached item does (docs/guarantees.md, bounded
 self-healing); an expired or evicted item is filled again from the store, one query per page,
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 import enum
 import secrets
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -107,9 +110,10 @@ PARSED_MAX = 8192
 PARSED_VALUE_MAX = 1024
 _parsed: dict[bytes, Parsed] = {}
 # Live texts by body key, with the deletion mark the read that found them had found before
-# (module docstring): KNOWN_MAX of them (emptied when full), ~25 MiB at 140-character texts.
+# and the time (``time.monotonic``) after which they are read again, ``heal_s`` after (module
+# docstring): KNOWN_MAX of them (emptied when full), ~25 MiB at 140-character texts.
 KNOWN_MAX = 65536
-_KNOWN: dict[bytes, tuple[bytes, str | None]] = {}
+_KNOWN: dict[bytes, tuple[bytes, float, str | None]] = {}
 
 
 def _parse(value: bytes) -> Parsed:
@@ -173,20 +177,21 @@ class PostBodies:
         unread: dict[bytes, str] = {}
         mark = found.get(self.mark_key)
         known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (_KNOWN, mark.value)
+        now = time.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
             if item is not None and self._take(bodies, post, item.value):
                 continue
             seen = known.get(key)
-            if seen is not None and seen[0] == stamp:
-                bodies.texts[post] = seen[1]
+            if seen is not None and seen[0] == stamp and seen[1] > now:
+                bodies.texts[post] = seen[2]
             else:
                 unread[key] = post
         if not unread:
             return bodies
         got = self._cache.gets_many(list(unread))
         if mark is not None:
-            _remember(got, stamp)
+            _remember(got, stamp, now + self._expire)
         empty = {k: p for k, p in unread.items() if k not in got}
         if empty:
             self._cache.add_many(dict.fromkeys(empty, FILLING), self._expire)
@@ -273,18 +278,18 @@ class PostBodies:
             self._cache.add_many({self.mark_key: _fresh_mark()}, self._expire)
 
 
-_NOTHING_KNOWN: Mapping[bytes, tuple[bytes, str | None]] = {}
+_NOTHING_KNOWN: Mapping[bytes, tuple[bytes, float, str | None]] = {}
 
 
-def _remember(got: Mapping[bytes, Item], mark: bytes) -> None:
+def _remember(got: Mapping[bytes, Item], mark: bytes, until: float) -> None:
     """The live texts of ``got`` (body items read after a first multi-GET that found ``mark``)
-    in ``_KNOWN``."""
+    in ``_KNOWN``, to be used until ``until``."""
     if len(_KNOWN) + len(got) > KNOWN_MAX:
         _KNOWN.clear()
     for key, item in got.items():
         parsed = _parse(item.value)
         if parsed.state is State.LIVE:
-            _KNOWN[key] = (mark, parsed.text)
+            _KNOWN[key] = (mark, until, parsed.text)
 
 
 def _fresh_mark() -> bytes:

@@ -202,3 +202,19 @@ def test_a_body_read_in_the_marks_own_multi_get_is_not_remembered(
     assert bodies.read(["ann!p1"], together).texts == {"ann!p1": "text"}
     cache.set_many(dict.fromkeys(bodies.keys(["ann!p1"]), b"tother"))
     assert bodies.read(["ann!p1"], mark).texts == {"ann!p1": "other"}
+
+
+def test_a_known_text_is_read_again_once_its_heal_time_is_over(
+    tmp_path: object, cache: MemcacheCluster, unique: str
+) -> None:
+    """As an item expires after ``heal_s``, so does what a process knows of it: a wrong text
+    written into an item (as nothing here writes) is not kept past that. ``heal_s=0``: every
+    text is over its time at once."""
+    store = SqliteEdgeStore(f"{tmp_path}/edges.db")
+    bodies = PostBodies(cache, store, KeySpace(unique), 0)
+    bodies.store([PostRecord("ann", "p1", 5, "text")])
+    found = marked(cache, bodies)
+    assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "text"}
+    cache.set_many(dict.fromkeys(bodies.keys(["ann!p1"]), b"tother"))
+    assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "other"}
+    store.close()
