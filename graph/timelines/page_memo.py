@@ -9,21 +9,21 @@ them. A later read of the same page still sends the multi-GET; when the replies 
 it returns the rendered body without parsing them (memcache/async_cluster.py compares them as they
 arrive) and without walking.
 
-**Why the same replies mean the same page.** The keys asked are a function of the user and
-the remembered read. The replies hold every value read, whole, and nothing else (no CAS id,
-no time to live: memcache/async_cluster.py), so the same replies are the same items. The page is a
-function of the remembered read and the items (the walk has no clock and no randomness; cap
-and settings are fixed for a process). Only reads answered by their first multi-GET, and by post
-bodies read after it (graph/timelines/post_bodies.py), are remembered here, so the replies cover
-everything they read but those bodies. A body changes only from a post's text to deleted (texts
-never change; an evicted body is filled with the same text), and every first multi-GET asks the
-deletion mark, which each deletion sets to a value never held before, after the body's
-(graph/timelines/post_bodies.py): a page that showed a post deleted since has replies with an
-older mark, which no later read gets back, whatever then happens to the timeline's bytes. A page
+**Why the same replies mean the same page.** The keys asked are a function of the user and the
+remembered read. The replies hold every value read, whole, and nothing else (no CAS id, no time to
+live: memcache/async_cluster.py), so the same replies are the same items. The page is a function of
+the remembered read and the items (the walk has no clock and no randomness; cap and settings are
+fixed for a process). Only reads answered by their first multi-GET, and by post bodies read after
+it or texts known under the mark it found (graph/timelines/post_bodies.py), are remembered here, so
+the replies cover everything they read but those bodies. A body changes only from a post's text to
+deleted (texts never change; an evicted body is filled with the same text), and every first
+multi-GET asks the deletion mark, which each deletion sets to a value never held before, after the
+body's (graph/timelines/post_bodies.py): a page that showed a post deleted since has replies with
+an older mark, which no later read gets back, whatever then happens to the timeline's bytes. A page
 is kept only with the mark in its replies (a read that finds none is not warm). Nothing here
-depends on CAS ids or on which run of a server answered: an item rewritten with the same bytes
-(the celebrity set, rebuilt every few seconds) or a restarted server holding the same bytes
-gives the same page, and is one.
+depends on CAS ids or on which run of a server answered: an item rewritten with the same bytes (the
+celebrity set, rebuilt every few seconds) or a restarted server holding the same bytes gives the
+same page, and is one.
 
 Bounded by the bytes held (rendered bodies copied to their size, the replies, a fixed overhead
 per entry), least recently used first out. Everything held is plain tuples, bytes and strings,
