@@ -4,7 +4,9 @@ showing it, and the bytes the consumer sent to memcached for a deletion (the ser
 ``bytes_read``, over a second deletion with no reader polling), next to the post's own fan-out
 in the same run (publish to last delivery, bytes). Then what deletions cost a warm
 timeline read: first pages of 50 from timelines of 400 posts with none deleted and with every
-tenth deleted (10% of the posts, all through the page), read in alternation.
+tenth deleted (10% of the posts, all through the page), and the first of them read each time
+right after a deletion of some other post (which changes the deletion mark, so the page reads
+its texts again: graph/timelines/post_bodies.py), read in alternation.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ def _one(s: Settings, n: int) -> Row:
 
 def _read_cost(s: Settings, reads: int) -> Row:
     """First pages of 50 of two users with the same timelines but for deletions, warm (each
-    read once before), p50 over ``reads`` reads each in alternation."""
+    read once before), and the first user's right after a deletion elsewhere: p50 over
+    ``reads`` reads each in alternation."""
     store = wiring.edge_store(s)
     reader = wiring.timeline_reader(s, store)
     now = int(time.time() * 1000)
@@ -161,17 +164,22 @@ def _read_cost(s: Settings, reads: int) -> Row:
     for side in ("plain", "holey"):
         reader.page(side, 50)
         reader.page(side, 50)
-    timings: dict[str, list[float]] = {"plain": [], "holey": []}
-    for _ in range(reads):
+    timings: dict[str, list[float]] = {"plain": [], "holey": [], "after": []}
+    for n in range(reads):
+        reader.bodies.delete([PostRef("elsewhere", f"z{n}")])
+        timings["after"].append(_timed_page(reader, "plain"))
+        reader.page("holey", 50)  # its texts known under the new mark too, as the first's now
         for side in ("plain", "holey"):
             timings[side].append(_timed_page(reader, side))
     assert len(reader.page("holey", 50).entries) == 50
     store.close()
-    plain, holey = statistics.median(timings["plain"]), statistics.median(timings["holey"])
+    plain, holey, after = (statistics.median(timings[k]) for k in ("plain", "holey", "after"))
     return {
         "read_p50_ms_no_deletions": round(plain * 1000, 3),
         "read_p50_ms_10pct_deleted": round(holey * 1000, 3),
         "read_ratio": round(holey / plain, 2),
+        "read_p50_ms_after_any_deletion": round(after * 1000, 3),
+        "read_after_deletion_ratio": round(after / plain, 2),
     }
 
 
