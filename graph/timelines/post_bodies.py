@@ -170,9 +170,10 @@ class PostBodies:
         return (prefix + joined.replace("!", "|")).encode("ascii").split(b" ")
 
     def read(self, posts: Sequence[str], found: Mapping[bytes, Item]) -> Bodies:
-        """The bodies of ``posts``: from ``found`` (a read's multi-GET) where it has them,
-        else one more multi-GET, and what is still missing filled from the store through the
-        ``~`` fence (module docstring)."""
+        """The bodies of ``posts``: from ``found`` (a read's multi-GET) where it has them, else
+        the texts known under the deletion mark ``found`` holds, else one more multi-GET, and
+        what is still missing filled from the store through the ``~`` fence (module
+        docstring)."""
         bodies = Bodies()
         unread: dict[bytes, str] = {}
         mark = found.get(self.mark_key)
