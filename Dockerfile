@@ -9,15 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY schemas ./schemas
-COPY memcache ./memcache
-COPY graph ./graph
-COPY producers ./producers
-COPY consumers ./consumers
-COPY api ./api
-COPY devstack ./devstack
-COPY fanout ./fanout
-COPY bench ./bench
+COPY src ./src
 RUN pip install . \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin fanout
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bench.report import Report
-from fanout.settings import Settings
+from timeline_fanout.cli.recorded_settings import load_settings
 
 BENCHMARKS = {
     "fanout-rate": "bench.fanout_rate",
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     for name in names:
         module = importlib.import_module(BENCHMARKS[name])
-        module.run(Settings(), Report(name, args.out, args.quick))
+        module.run(load_settings(), Report(name, args.out, args.quick))
     return 0
 
 

@@ -26,10 +26,10 @@ from typing import Any
 from bench.report import Report
 from bench.server import api_server
 from bench.wrk import WrkError, WrkResult, run_wrk
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph.model.edges import EdgeChange, PostRecord
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
 
 FOLLOWS_PER_USER = 20
 POSTS_PER_USER = 5

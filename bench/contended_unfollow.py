@@ -7,11 +7,11 @@ import threading
 import time
 
 from bench.report import Report, Row, percentiles
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from memcache import MemcacheCluster
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.memcache import MemcacheCluster
 
 WRITERS = 8
 MAX_CAS_RETRIES = 100

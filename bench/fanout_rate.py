@@ -9,13 +9,13 @@ import time
 from bench.graph_builder import build_followers
 from bench.raw_memcached import pipelined
 from bench.report import Report, Row
-from consumers.graph_apply import GraphApplier
-from consumers.loop import BatchReport
-from fanout import gc_policy, wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from memcache import MemcacheCluster
+from timeline_fanout.cli import gc_policy, wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.consumers.loop import BatchReport
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.memcache import MemcacheCluster
 
 SIZES = [10_000, 100_000, 1_000_000]
 QUICK = [2_000]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from consumers import Origin, Positioned
-from consumers.graph_apply import GraphApplier
-from schemas import Follow
+from timeline_fanout.consumers import Origin, Positioned
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.schemas import Follow
 
 BATCH = 10_000
 

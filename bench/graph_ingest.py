@@ -12,13 +12,13 @@ import time
 from collections.abc import Sequence
 
 from bench.report import Report, Row
-from consumers import ConsumeLoop, LoopStats, Positioned
-from consumers.graph_apply import GRAPH_EVENTS, GraphApplier, GraphBatchResult
-from consumers.pulse import Pulse, no_pulse
-from fanout import gc_policy, wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph import ListKind, ListRef
+from timeline_fanout.cli import gc_policy, wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers import ConsumeLoop, LoopStats, Positioned
+from timeline_fanout.consumers.graph_apply import GRAPH_EVENTS, GraphApplier, GraphBatchResult
+from timeline_fanout.consumers.pulse import Pulse, no_pulse
+from timeline_fanout.graph import ListKind, ListRef
 
 EVENTS = 50_000
 QUICK = 2_000

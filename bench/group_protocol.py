@@ -32,8 +32,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from bench.report import Report
-from fanout.settings import Settings
-from producers import create_topics
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.producers import create_topics
 
 PARTITIONS = 6
 SESSION_MS = 10_000

@@ -14,10 +14,10 @@ import statistics
 from bench.member_pages import timed_gets
 from bench.report import Report, percentiles
 from bench.server import api_process
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph.model.edges import EdgeChange
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.edges import EdgeChange
 
 SIZES = {"f20": 20, "f1k": 1_000, "f20k": 20_000, "f100k": 100_000}
 QUICK = {"f20": 20, "f1k": 1_000, "f20k": 20_000}

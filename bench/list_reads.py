@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from bench.graph_builder import build_followers
 from bench.report import Report, percentiles, timed
-from consumers.graph_apply import GraphApplier
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph import ListKind, ListRef
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.graph import ListKind, ListRef
 
 SIZES = [1_000, 100_000, 1_000_000]
 QUICK = [1_000, 10_000]

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from bench.report import Report, percentiles, timed
-from devstack import mongo_server, stack
-from devstack.home import fanout_home
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph.lists.counts import CachedCounts
-from graph.model.edges import EdgeChange, EdgeStore
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.lists.counts import CachedCounts
+from timeline_fanout.graph.model.edges import EdgeChange, EdgeStore
+from timeline_fanout_devstack import mongo_server, stack
+from timeline_fanout_devstack.home import fanout_home
 
 SIZES = {"l1k": 1_000, "l100k": 100_000}
 ON_MONGODB = {**SIZES, "l1m": 1_000_000}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from bench.report import Report, percentiles
 from bench.server import api_process
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph.model.edges import EdgeChange
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.edges import EdgeChange
 
 SIZES = {"small": 200, "l1k": 1_000, "l100k": 100_000, "l1m": 1_000_000}
 QUICK = {"small": 200, "l1k": 1_000, "l10k": 10_000}

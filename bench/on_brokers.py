@@ -16,13 +16,13 @@ import tempfile
 from pathlib import Path
 
 from bench.__main__ import BENCHMARKS
-from devstack.broker_choice import BROKERS
+from timeline_fanout_devstack.broker_choice import BROKERS
 
 
 def _fanout(home: Path, *args: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FANOUT_")}
     env["FANOUT_HOME"] = str(home)
-    subprocess.run([sys.executable, "-m", "fanout", *args], env=env, check=True)
+    subprocess.run([sys.executable, "-m", "timeline_fanout", *args], env=env, check=True)
 
 
 def main(argv: list[str] | None = None) -> int:

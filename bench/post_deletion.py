@@ -20,14 +20,14 @@ from pymemcache.client.base import Client
 
 from bench.graph_builder import build_followers
 from bench.report import Report, Row
-from consumers.graph_apply import GraphApplier
-from consumers.loop import BatchReport
-from fanout import gc_policy, wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from graph.model.edges import EdgeChange, PostRecord, PostRef
-from graph.timelines.reader import TimelineReader
+from timeline_fanout.cli import gc_policy, wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.consumers.loop import BatchReport
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.model.edges import EdgeChange, PostRecord, PostRef
+from timeline_fanout.graph.timelines.reader import TimelineReader
 
 SIZES = [100_000]
 QUICK = [2_000]

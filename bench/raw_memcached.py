@@ -8,7 +8,7 @@ import socket
 import time
 from collections import defaultdict
 
-from memcache.cluster import MemcacheCluster
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 PIPELINE = 1000
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack.ports import free_port
-from fanout.settings import Settings, environment
+from timeline_fanout.cli.settings import Settings, environment
+from timeline_fanout_devstack.ports import free_port
 
 
 def answers(url: str) -> bool:
@@ -49,7 +49,7 @@ def api_process(
     port = free_port()
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     process = subprocess.Popen(
-        [sys.executable, "-m", "fanout", "serve", "--port", str(port), *args],
+        [sys.executable, "-m", "timeline_fanout", "serve", "--port", str(port), *args],
         env=environment(settings) | env,
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -26,15 +26,15 @@ from typing import Any
 
 import uvloop
 
-from api.routes.timelines import shown
 from bench.report import Report, Row, percentiles, timed
-from fanout import wiring
-from fanout.sandbox import sandbox
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from graph.timelines.fetch import ReadMemory
-from graph.timelines.reader import TimelineReader
-from memcache.async_cluster import AsyncMemcache
+from timeline_fanout.api.routes.timelines import shown
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.sandbox import sandbox
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.graph.timelines.reader import TimelineReader
+from timeline_fanout.memcache.async_cluster import AsyncMemcache
 
 USERS = 300
 BLOCK = 20  # reads (one per user) or GETs per block

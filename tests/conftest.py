@@ -29,16 +29,16 @@ import pytest
 _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
-from devstack import stack  # noqa: E402
-from devstack.broker_choice import chosen_broker  # noqa: E402
-from devstack.kafka_jars import kafka_version  # noqa: E402
-from devstack.ports import refusing_address  # noqa: E402
-from fanout.settings import Settings, environment  # noqa: E402
-from graph import ListSettings, ListStore  # noqa: E402
-from graph.stores.sqlite import SqliteEdgeStore  # noqa: E402
-from memcache import MemcacheCluster  # noqa: E402
-from producers import create_topics  # noqa: E402
-from schemas import Topics  # noqa: E402
+from timeline_fanout.cli.settings import Settings, environment  # noqa: E402
+from timeline_fanout.graph import ListSettings, ListStore  # noqa: E402
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore  # noqa: E402
+from timeline_fanout.memcache import MemcacheCluster  # noqa: E402
+from timeline_fanout.producers import create_topics  # noqa: E402
+from timeline_fanout.schemas import Topics  # noqa: E402
+from timeline_fanout_devstack import stack  # noqa: E402
+from timeline_fanout_devstack.broker_choice import chosen_broker  # noqa: E402
+from timeline_fanout_devstack.kafka_jars import kafka_version  # noqa: E402
+from timeline_fanout_devstack.ports import refusing_address  # noqa: E402
 
 if TYPE_CHECKING:
     from tests.mongo_servers import EdgeStoreChoice
@@ -179,7 +179,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[bytes]:
     """``env`` adds variables to the settings' environment."""
     return subprocess.run(
-        [sys.executable, "-m", "fanout", *args],
+        [sys.executable, "-m", "timeline_fanout", *args],
         env=settings_env(settings) | (env or {}),
         input=stdin,
         capture_output=True,

@@ -27,8 +27,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pymongo
 import pytest
 
-from devstack import mongo_server, stack
-from fanout.settings import fanout_home
+from timeline_fanout_devstack import mongo_server, stack
+from timeline_fanout_devstack.home import fanout_home
 
 StoreKind = Literal["sqlite", "ferretdb-collection", "ferretdb-index"]
 MONGO_URL = os.environ.get("FANOUT_TEST_MONGO_URL")

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from api.settings import ApiSettings
-from fanout.settings import Settings
+from timeline_fanout.api.settings import ApiSettings
+from timeline_fanout.cli.settings import Settings
 
 ROOT = Path(__file__).parents[1]
 SETTINGS = {f"FANOUT_{name.upper()}" for name in Settings.model_fields}

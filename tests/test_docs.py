@@ -12,8 +12,8 @@ import pytest
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from api.settings import ApiSettings
-from fanout.settings import Settings
+from timeline_fanout.api.settings import ApiSettings
+from timeline_fanout.cli.settings import Settings
 
 ROOT = Path(__file__).parents[1]
 

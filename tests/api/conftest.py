@@ -14,11 +14,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.testclient import TestClient
 
-from api.settings import ApiSettings
-from fanout import wiring
-from fanout.api_server import app_for
-from fanout.settings import Settings
-from graph.model.edges import EdgeChange, EdgeStore, PostRecord
+from timeline_fanout.api.settings import ApiSettings
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.api_server import app_for
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.edges import EdgeChange, EdgeStore, PostRecord
 
 SECRET = "test-secret-that-is-long-enough-for-hs256"
 ClientFactory = Callable[..., Any]

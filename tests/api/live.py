@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from api.consumer_lag import ConsumerLag
-from consumers import ConsumeLoop
-from fanout import wiring
-from fanout.api_server import watched_groups
-from fanout.settings import Settings
+from timeline_fanout.api.consumer_lag import ConsumerLag
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.api_server import watched_groups
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers import ConsumeLoop
 
 
 def publish(settings: Settings, events: Iterable[Mapping[str, Any]]) -> None:

@@ -14,10 +14,10 @@ import pytest
 from pydantic import ValidationError
 from starlette.testclient import TestClient
 
-from api.auth import AuthConfigError
-from api.settings import ApiSettings
-from fanout.settings import Settings
 from tests.api.conftest import SECRET, Graph, api_client, bearer, ec_keys, hs256, rsa_keys
+from timeline_fanout.api.auth import AuthConfigError
+from timeline_fanout.api.settings import ApiSettings
+from timeline_fanout.cli.settings import Settings
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def hs256_signed_with(key: str) -> str:
 
 
 def test_unusable_key_settings_are_refused() -> None:
-    from api.auth import TokenVerifier
+    from timeline_fanout.api.auth import TokenVerifier
 
     with pytest.raises(AuthConfigError, match="PEM"):
         TokenVerifier.from_settings(ApiSettings(jwt_public_key="not a key"))

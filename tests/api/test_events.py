@@ -11,11 +11,11 @@ import orjson
 from httpx2 import Response
 from starlette.testclient import TestClient
 
-from fanout.settings import Settings
-from schemas import PostDeleted, decode_event
 from tests.api.conftest import SECRET, Graph, api_client, bearer, hs256
 from tests.conftest import Refused, settings_env
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.schemas import PostDeleted, decode_event
 
 
 def problem(response: Response) -> Any:
@@ -116,7 +116,7 @@ def consume_both(settings: Settings) -> None:
     env = settings_env(settings.model_copy(update={"max_poll_interval_ms": 6000}))
     running = [
         subprocess.Popen(
-            [sys.executable, "-m", "fanout", "consume", which, "--until-idle", "2"],
+            [sys.executable, "-m", "timeline_fanout", "consume", which, "--until-idle", "2"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from fanout.settings import Settings
 from tests.api.test_serve import get, serving
+from timeline_fanout.cli.settings import Settings
 
 LIMITS = {
     "FANOUT_API_MAX_HEADER_BYTES": "8192",

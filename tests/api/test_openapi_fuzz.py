@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from bench.server import api_server
-from fanout.settings import Settings
 from tests.api.conftest import SECRET, Graph, hs256
+from timeline_fanout.cli.settings import Settings
 
 EXAMPLES = os.environ.get("FANOUT_FUZZ_EXAMPLES", "50")
 SCOPES = "fanout:read-all fanout:publish fanout:publish-all"

@@ -11,13 +11,13 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from api.app import create_app
-from api.backends import Backends
-from api.openapi import DOCUMENT, document
-from api.settings import ApiSettings
-from fanout.settings import Settings
 from tests.api.conftest import Graph, api_client
 from tests.conftest import Refused
+from timeline_fanout.api.app import create_app
+from timeline_fanout.api.backends import Backends
+from timeline_fanout.api.openapi import DOCUMENT, document
+from timeline_fanout.api.settings import ApiSettings
+from timeline_fanout.cli.settings import Settings
 
 
 def test_health_and_readiness(client: TestClient) -> None:
@@ -155,8 +155,8 @@ def test_public_probes_ask_the_backends_once_a_second_however_many_ask(
 ) -> None:
     """/readyz, /v1/stats and /metrics are public: a flood of them costs the backends and the
     event loop one round a second per process (api/recent.py), on a clock held still here."""
-    from api import recent
-    from api.routes import health
+    from timeline_fanout.api import recent
+    from timeline_fanout.api.routes import health
 
     now = [1000.0]
     monkeypatch.setattr(recent.time, "monotonic", lambda: now[0])

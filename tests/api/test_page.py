@@ -18,12 +18,12 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from starlette.testclient import TestClient
 
-from fanout.settings import Settings
-from schemas import PostDeleted, decode_event
 from tests.api.conftest import SECRET, hs256
 from tests.api.live import consume, publish
 from tests.api.test_serve import serving
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.schemas import PostDeleted, decode_event
 
 CHROMIUM = "/usr/bin/chromium"
 DRIVER = "/usr/bin/chromedriver"

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
 
-from api.params import query
+from timeline_fanout.api.params import query
 
 PIECES = st.sampled_from(["limit", "cursor", "=", "&", "50", "%3D", "+", "a", "", "&&", "é"])
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from starlette.testclient import TestClient
 
-from fanout.settings import Settings
-from graph.model.edges import PostRecord
 from tests.api.conftest import SECRET, Graph, api_client, bearer, hs256
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.edges import PostRecord
 
 
 def test_an_authors_pages_are_newest_first_with_texts_and_cover_every_post_once(

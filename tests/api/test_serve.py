@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from devstack.ports import free_port, listens
-from fanout.settings import Settings
 from tests.api.conftest import SECRET, Graph, hs256
 from tests.conftest import run_cli, settings_env
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout_devstack.ports import free_port, listens
 
 
 def get(url: str, token: str | None = None) -> tuple[int, dict[str, str], Any]:
@@ -36,7 +36,7 @@ def get(url: str, token: str | None = None) -> tuple[int, dict[str, str], Any]:
 def serving(settings: Settings, *args: str, **env: str) -> Iterator[tuple[str, list[bytes]]]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "fanout", "-v", "serve", "--port", str(port), *args],
+        [sys.executable, "-m", "timeline_fanout", "-v", "serve", "--port", str(port), *args],
         env=settings_env(settings) | env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

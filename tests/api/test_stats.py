@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from fanout.settings import Settings
 from tests.api.conftest import SECRET, api_client, bearer, hs256
 from tests.api.live import consume, publish
+from timeline_fanout.cli.settings import Settings
 
 
 def by_consumer(body: dict[str, Any]) -> dict[str, dict[str, Any]]:

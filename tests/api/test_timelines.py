@@ -8,12 +8,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from starlette.testclient import TestClient
 
-from api.backends import Backends
-from api.context import ApiContext
-from fanout.settings import Settings
-from graph.model.keys import KeySpace, ListKind
-from memcache.cluster import MemcacheCluster
 from tests.api.conftest import Graph, api_client
+from timeline_fanout.api.backends import Backends
+from timeline_fanout.api.context import ApiContext
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.keys import KeySpace, ListKind
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 PROBLEM = "application/problem+json"
 

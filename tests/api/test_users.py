@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from fanout.settings import Settings
-from graph.lists.token_lists import TokenLists
-from graph.model.edges import EdgeChange, EdgeStore
-from graph.model.keys import KeySpace, ListKind
-from graph.stores.sqlite import SqliteEdgeStore
-from memcache.cluster import MemcacheCluster
 from tests.api.conftest import Graph
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.model.edges import EdgeChange, EdgeStore
+from timeline_fanout.graph.model.keys import KeySpace, ListKind
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 
 @pytest.mark.edge_stores("sqlite", "ferretdb-collection")

@@ -10,15 +10,15 @@ from collections.abc import Callable, Sequence
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from consumers import ConsumeLoop, DeadLetters, KafkaSource, Positioned
-from consumers.dlq_limit import DlqLimit
-from consumers.halts import DlqLimitExceeded
-from consumers.pulse import Pulse, no_pulse
-from fanout.settings import Settings
-from memcache import CacheUnavailable
-from producers import EventPublisher
-from schemas import Follow
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers import ConsumeLoop, DeadLetters, KafkaSource, Positioned
+from timeline_fanout.consumers.dlq_limit import DlqLimit
+from timeline_fanout.consumers.halts import DlqLimitExceeded
+from timeline_fanout.consumers.pulse import Pulse, no_pulse
+from timeline_fanout.memcache import CacheUnavailable
+from timeline_fanout.producers import EventPublisher
+from timeline_fanout.schemas import Follow
 
 
 class Recording:

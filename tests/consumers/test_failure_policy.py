@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from consumers.dead_letter import DeadLetterError
-from consumers.dlq_limit import DlqBudget, DlqLimit
-from consumers.failures import Failure, classify
-from consumers.halts import DlqLimitExceeded, PermanentFailure
-from consumers.kafka_source import CommitRejected, CommitRetriable, commit_failure
-from producers import DeliveryReport, PublishError
+from timeline_fanout.consumers.dead_letter import DeadLetterError
+from timeline_fanout.consumers.dlq_limit import DlqBudget, DlqLimit
+from timeline_fanout.consumers.failures import Failure, classify
+from timeline_fanout.consumers.halts import DlqLimitExceeded, PermanentFailure
+from timeline_fanout.consumers.kafka_source import CommitRejected, CommitRetriable, commit_failure
+from timeline_fanout.producers import DeliveryReport, PublishError
 
 
 def test_consecutive_failures_halt_past_the_limit_and_a_success_resets_them() -> None:

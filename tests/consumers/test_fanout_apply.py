@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.fanout_apply import waves
+from timeline_fanout.consumers.fanout_apply import waves
 
 deliveries = st.lists(
     st.tuples(st.binary(min_size=1, max_size=3), st.lists(st.text("abc", max_size=2), max_size=9))

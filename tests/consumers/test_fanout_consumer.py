@@ -9,13 +9,13 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from fanout import wiring
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from graph.timelines.reader import TimelineEntry
-from producers import EventPublisher
 from tests.conftest import run_cli
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.timelines.reader import TimelineEntry
+from timeline_fanout.producers import EventPublisher
 
 Edge = tuple[str, str]
 USERS = [f"u{i}" for i in range(80)]

@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from fanout import wiring
-from fanout.settings import Settings
-from graph.timelines.reader import TimelineEntry
 from tests.consumers.test_fanout_consumer import (
     USERS,
     build_graph,
     consume,
     expected_timelines,
 )
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.timelines.reader import TimelineEntry
 
 CAP = 15
 

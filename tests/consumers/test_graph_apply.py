@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from consumers.graph_apply import GraphApplier
-from consumers.positions import Origin, Positioned
-from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.lists.capped import CappedListStore
-from graph.model.edges import PostRecord
-from graph.stores.sqlite import SqliteEdgeStore
-from graph.timelines.reader import TimelineReader, TimelineSource
-from memcache.cluster import MemcacheCluster
-from schemas import Follow, Unfollow, UserRemoved
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.consumers.positions import Origin, Positioned
+from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.model.edges import PostRecord
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
+from timeline_fanout.memcache.cluster import MemcacheCluster
+from timeline_fanout.schemas import Follow, Unfollow, UserRemoved
 
 ORIGIN = Origin("t.graph", 0, 0, None)
 

@@ -16,15 +16,15 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from consumers.halts import PermanentFailure
-from devstack import stack
-from devstack.home import stack_file
-from fanout import wiring
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from producers import EventPublisher
 from tests.conftest import run_cli, settings_env
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.halts import PermanentFailure
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.producers import EventPublisher
+from timeline_fanout_devstack import stack
+from timeline_fanout_devstack.home import stack_file
 
 Edge = tuple[str, str]
 
@@ -136,7 +136,7 @@ def test_two_consumers_in_one_group_split_partitions_and_converge(settings: Sett
     env = settings_env(settings)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "fanout", "consume", "graph", "--until-idle", "6"],
+            [sys.executable, "-m", "timeline_fanout", "consume", "graph", "--until-idle", "6"],
             env=env,
             stderr=subprocess.PIPE,
         )
@@ -151,7 +151,7 @@ def test_two_consumers_in_one_group_split_partitions_and_converge(settings: Sett
 
 def test_sigterm_finishes_the_batch_commits_and_exits(settings: Settings) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fanout", "consume", "graph"],
+        [sys.executable, "-m", "timeline_fanout", "consume", "graph"],
         env=settings_env(settings),
         stderr=subprocess.PIPE,
     )
@@ -212,7 +212,7 @@ def test_sigterm_mid_batch_finishes_and_commits_that_batch(settings: Settings) -
         os.kill(pid, signal.SIGSTOP)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fanout", "--log-format", "json", "consume", "graph"],
+            [sys.executable, "-m", "timeline_fanout", "--log-format", "json", "consume", "graph"],
             env=settings_env(settings),
             stderr=subprocess.PIPE,
         )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from consumers.kafka_source import KafkaSource
-from fanout.settings import Settings
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.kafka_source import KafkaSource
 
 # The settle time is derived from max.poll.interval.ms (45 s + 2 s: longer than these tests),
 # while the broker's session stays short: the dev broker holds a JoinGroup for half of it.

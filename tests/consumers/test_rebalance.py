@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.halts import StuckWithoutAssignment
-from devstack.ports import free_port
-from fanout import wiring
-from fanout.settings import Settings
 from tests.conftest import settings_env
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.halts import StuckWithoutAssignment
+from timeline_fanout_devstack.ports import free_port
 
 pytestmark = pytest.mark.apache_kafka
 
@@ -56,7 +56,7 @@ def crashed_static_member(settings: Settings, log: Path) -> float:
     """A static graph consumer that got the partitions and was SIGKILLed; when it died."""
     with log.open("wb") as out:
         first = subprocess.Popen(
-            [sys.executable, "-m", "fanout", "-v", "consume", "graph"],
+            [sys.executable, "-m", "timeline_fanout", "-v", "consume", "graph"],
             env=settings_env(settings.model_copy(update={"instance_id": "first"})),
             stderr=out,
         )
@@ -78,7 +78,16 @@ def test_a_crashed_static_member_expires_after_its_session_timeout_and_its_parti
     log = tmp_path / "second.log"
     with log.open("wb") as out:
         second = subprocess.Popen(
-            [sys.executable, "-m", "fanout", "-v", "consume", "graph", "--until-idle", "3"],
+            [
+                sys.executable,
+                "-m",
+                "timeline_fanout",
+                "-v",
+                "consume",
+                "graph",
+                "--until-idle",
+                "3",
+            ],
             env=settings_env(settings.model_copy(update={"instance_id": "second"})),
             stderr=out,
         )
@@ -106,7 +115,7 @@ def test_a_rebalance_held_up_by_a_crashed_member_warns_and_until_idle_exits_5(
     port = free_port()
     consume = ["consume", "graph", "--until-idle", "3", "--metrics-port", str(port)]
     second = subprocess.Popen(
-        [sys.executable, "-m", "fanout", "-v", *consume],
+        [sys.executable, "-m", "timeline_fanout", "-v", *consume],
         env=settings_env(settings.model_copy(update={"instance_id": "second"})),
         stderr=subprocess.PIPE,
     )

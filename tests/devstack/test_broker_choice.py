@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.broker_choice import BrokerChoiceError, chosen_broker
+from timeline_fanout_devstack.broker_choice import BrokerChoiceError, chosen_broker
 
 
 def test_an_explicit_choice_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack import kafka_jars
+from timeline_fanout_devstack import kafka_jars
 
 MVN = """#!/bin/sh
 echo run >> "$STUBS/runs"

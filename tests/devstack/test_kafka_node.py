@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack import kafka_node
+from timeline_fanout_devstack import kafka_node
 
 pytestmark = pytest.mark.apache_kafka
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devstack.stack import StackState, memcached_answers
+from timeline_fanout_devstack.stack import StackState, memcached_answers
 
 STACKS = 4
 
@@ -40,7 +40,7 @@ def test_stacks_started_together_on_a_cold_machine_each_get_their_own_servers(
     homes = [tmp_path / f"stack{i}" for i in range(STACKS)]
     starts = [
         subprocess.Popen(
-            [sys.executable, "-m", "fanout", "stack", "up"],
+            [sys.executable, "-m", "timeline_fanout", "stack", "up"],
             env=env | {"FANOUT_HOME": str(h)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -60,7 +60,7 @@ def test_stacks_started_together_on_a_cold_machine_each_get_their_own_servers(
     finally:
         for h in homes:
             subprocess.run(
-                [sys.executable, "-m", "fanout", "stack", "down", "--purge"],
+                [sys.executable, "-m", "timeline_fanout", "stack", "down", "--purge"],
                 env=env | {"FANOUT_HOME": str(h)},
                 capture_output=True,
                 timeout=60,

@@ -12,10 +12,10 @@ Things that are internals on purpose and would move with another redesign:
   a statement outside a transaction is a yield point (``BEGIN IMMEDIATE`` of a write, the
   read-back ``SELECT``s), none inside one (a store transaction is atomic, as it is for real);
 - what makes a run time- and entropy-dependent, replaced for reproducibility: generation names
-  (``graph.lists.fencing.new_generation``: a counter), rollover shard names and the deletion
+  (``graph_lists.fencing.new_generation``: a counter), rollover shard names and the deletion
   mark's values (``secrets`` in graph/lists/sharded.py and graph/timelines/post_bodies.py:
   seeded, so the texts known under a mark, ``post_bodies._KNOWN``, start empty in every run),
-  the claim TTL (``graph.lists.fencing.LEASE_S``: longer than any
+  the claim TTL (``graph_lists.fencing.LEASE_S``: longer than any
   schedule, so a claim expires only as an injected fault) and a reader's wait for someone
   else's build (``TokenLists._pause``: a yield point on the virtual clock);
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
@@ -34,17 +34,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import graph.lists.fencing
-import graph.lists.sharded
-from consumers.failures import classify
-from consumers.fanout_apply import FanoutApplier
-from consumers.graph_apply import GraphApplier
-from consumers.positions import OFFSET_BITS, Origin, Positioned, position
-from graph.failures import Failure as FailureClass
-from graph.lists.capped import CappedListStore
-from graph.lists.sharded import ListStore
-from graph.lists.token_lists import ListSettings, TokenLists
-from graph.model.edges import (
+from tests.explore.model import POST_KINDS, Entry, Event, ListId
+from tests.explore.scheduler import Proxy, Scheduler, Step
+from timeline_fanout.consumers.failures import classify
+from timeline_fanout.consumers.fanout_apply import FanoutApplier
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.consumers.positions import OFFSET_BITS, Origin, Positioned, position
+from timeline_fanout.graph import lists as graph_lists
+from timeline_fanout.graph.failures import Failure as FailureClass
+from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.sharded import ListStore
+from timeline_fanout.graph.lists.token_lists import ListSettings, TokenLists
+from timeline_fanout.graph.model.edges import (
     EdgeChange,
     EdgeState,
     EdgeStore,
@@ -52,18 +53,16 @@ from graph.model.edges import (
     Snapshot,
     StoredBodies,
 )
-from graph.model.keys import SEP, ListKind, ListRef
-from graph.stores.sqlite import SqliteEdgeStore
-from graph.timelines import post_bodies
-from graph.timelines.author_pages import AuthorPages
-from graph.timelines.celebrity_posts import CelebrityPosts
-from graph.timelines.post_bodies import PostBodies
-from graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
-from memcache.cluster import MemcacheCluster, Outcome
-from producers.publisher import DeliveryReport
-from schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
-from tests.explore.model import POST_KINDS, Entry, Event, ListId
-from tests.explore.scheduler import Proxy, Scheduler, Step
+from timeline_fanout.graph.model.keys import SEP, ListKind, ListRef
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines import post_bodies
+from timeline_fanout.graph.timelines.author_pages import AuthorPages
+from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
+from timeline_fanout.graph.timelines.post_bodies import PostBodies
+from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
+from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome
+from timeline_fanout.producers.publisher import DeliveryReport
+from timeline_fanout.schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
 __all__ = [
     "PROJECT_API",
@@ -81,12 +80,12 @@ PROJECT_API = (
     "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
     "ListStore/CappedListStore(cache, source, ListSettings, rng): read_many, invalidate, "
     "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
-    "graph.lists.fencing.new_generation/LEASE_S/BUILDING; graph.model.keys.SEP",
+    "timeline_fanout.graph.lists.fencing.new_generation/LEASE_S/BUILDING; graph.model.keys.SEP",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
     "FanoutApplier(..., CelebrityPosts, PostBodies).apply(batch); TimelineSource.snapshot",
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
-    "consumers.failures.classify: which errors a consumer retries",
+    "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
 )
 
 KINDS = {"followers": ListKind.FOLLOWERS, "following": ListKind.FOLLOWING}
@@ -111,9 +110,9 @@ def is_marker(key: bytes, value: bytes) -> bool:
     if key.count(SEP) != 2:
         return False
     if key.split(SEP)[1] == ListKind.TIMELINE.value.encode():
-        return value.startswith(graph.lists.fencing.BUILDING)
+        return value.startswith(graph_lists.fencing.BUILDING)
     first = value.split(b" ", 1)[0]
-    return first.endswith(graph.lists.fencing.BUILDING)
+    return first.endswith(graph_lists.fencing.BUILDING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,9 +507,9 @@ class World:
             Proxy(self.cluster, scheduler, "cache", self._seen, _canonical, _no_keys),
         )
         patches: list[tuple[Any, str, Any]] = [
-            (graph.lists.fencing, "new_generation", self._generation),
-            (graph.lists.fencing, "LEASE_S", LEASE_S),
-            (graph.lists.sharded, "secrets", SimpleNamespace(token_hex=self._hex)),
+            (graph_lists.fencing, "new_generation", self._generation),
+            (graph_lists.fencing, "LEASE_S", LEASE_S),
+            (graph_lists.sharded, "secrets", SimpleNamespace(token_hex=self._hex)),
             (post_bodies, "secrets", SimpleNamespace(token_hex=self._hex)),
             (post_bodies, "_KNOWN", {}),  # texts known under a mark: none from another run
             (TokenLists, "_pause", lambda lists: scheduler.sleep(0.01)),
@@ -607,7 +606,7 @@ class World:
         return footprint(call, args)
 
     def expire_leases(self) -> list[bytes]:
-        """Claims whose TTL has passed (a rebuild slower than ``graph.lists.fencing.LEASE_S``, a
+        """Claims whose TTL has passed (a rebuild slower than ``graph_lists.fencing.LEASE_S``, a
         stalled process): claim TTLs are made too long to expire by the wall clock (that would
         not replay), so expiry is a fault the explorer injects. A claim is the list's head item
         holding a building marker: every head that holds one now is deleted, as its expiry
@@ -1083,7 +1082,7 @@ class _Forensics:
             if s.call == "cache.add_many" and s.done and s.result.get(key) is Outcome.STORED:
                 claim = s.index
                 value: bytes = s.args[0][key]
-                gen = value.split()[0].strip(graph.lists.fencing.BUILDING)
+                gen = value.split()[0].strip(graph_lists.fencing.BUILDING)
                 break
         prefix = key if kind == TIMELINE else (key + SEP + gen + SEP if gen else b"")
         if claim is None:

@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memcache.cluster import MemcacheCluster
 from tests.explore import adapter
 from tests.explore.model import POST_KINDS, Entry, Event, GraphModel, Kind, ListId
 from tests.explore.scheduler import Aborted, Hang, Scheduler, Step
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 SCENARIOS = ("graph", "removal", "hotlist", "timeline", "deletion")
 TIMELINE_SCENARIOS = ("timeline", "deletion")

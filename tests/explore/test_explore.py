@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memcache.cluster import MemcacheCluster
 from tests.explore.explorer import SCENARIOS, Schedule, explore, run_schedule
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 
 def _print(run: Schedule) -> None:

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fanout import wiring
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from graph.lists.counts import list_counts
-from graph.model.edges import EdgeCounts
-from graph.timelines.reader import TimelineEntry, TimelineReader
-from producers import EventPublisher
 from tests.conftest import settings_env
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.lists.counts import list_counts
+from timeline_fanout.graph.model.edges import EdgeCounts
+from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader
+from timeline_fanout.producers import EventPublisher
 
 
 def record(figures: dict[str, Any], counts: Counter[str] | dict[str, int]) -> None:
@@ -307,7 +307,7 @@ class ConsumerProcess:
     def _start(self, *extra: str) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "fanout", "-v", "consume", self.which, *extra],
+                [sys.executable, "-m", "timeline_fanout", "-v", "consume", self.which, *extra],
                 env=settings_env(self.settings),
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -25,10 +25,10 @@ import orjson
 import pytest
 
 from bench.server import api_server
-from devstack import stack
-from fanout.settings import Settings
-from graph.timelines.reader import TimelineEntry
 from tests.fault.harness import ConsumerProcess, Model, compare, fault_settings, record
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.timelines.reader import TimelineEntry
+from timeline_fanout_devstack import stack
 
 MINUTES = float(os.environ.get("FANOUT_LOAD_MINUTES", "0") or 0)
 USERS = 60

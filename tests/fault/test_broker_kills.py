@@ -24,8 +24,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from devstack import kafka_node
 from tests.fault.harness import record
+from timeline_fanout_devstack import kafka_node
 
 pytestmark = [
     pytest.mark.apache_kafka,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from devstack import stack
-from fanout import wiring
-from fanout.settings import Settings
 from tests.fault.harness import MONGO_STORES, SIZE, compare, fault_settings, record, run_under_fault
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout_devstack import stack
 
 FAULTS: dict[str, tuple[Callable[[Settings], None], dict[str, int]]] = {
     "flush_all": (

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graph import ListSettings
-from memcache.cluster import MemcacheCluster
 from tests.fault.harness import SIZE, record
 from tests.graph.lists.contention import contend
+from timeline_fanout.graph import ListSettings
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 
 def test_hot_list_under_writers_and_compacting_readers(

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from consumers import Positioned, decode_message
-from consumers.fanout_apply import FANOUT_EVENTS
-from consumers.graph_apply import GRAPH_EVENTS
-from fanout import wiring
-from fanout.settings import Settings
 from tests.conftest import run_cli
 from tests.fault.harness import SIZE, Model, compare, fault_settings, publish_mix, record
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers import Positioned, decode_message
+from timeline_fanout.consumers.fanout_apply import FANOUT_EVENTS
+from timeline_fanout.consumers.graph_apply import GRAPH_EVENTS
 
 
 def test_replays_and_double_delivery_change_nothing(

@@ -9,9 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devstack import stack
-from fanout import wiring
-from fanout.settings import Settings
 from tests.fault.harness import (
     SIZE,
     ConsumerProcess,
@@ -22,6 +19,9 @@ from tests.fault.harness import (
     record,
     run_under_fault,
 )
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout_devstack import stack
 
 
 def test_a_memcached_outage_longer_than_max_poll_interval_keeps_consumers_in_their_group(

@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from fanout import wiring
-from fanout.settings import Settings
 from tests.fault.harness import (
     KILLS,
     MONGO_STORES,
@@ -23,6 +21,8 @@ from tests.fault.harness import (
     publish_mix,
     record,
 )
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
 
 
 @pytest.mark.edge_stores("sqlite", *MONGO_STORES)

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
 
-from fanout.settings import Settings
 from tests.conftest import run_cli
 from tests.fault.harness import Model, compare, record
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli.settings import Settings
 
 
 def follow(follower: object, followee: object = "u1") -> bytes:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from fanout.settings import Settings
 from tests.conftest import settings_env
 from tests.fault.harness import (
     MONGO_BOTH_MODES,
@@ -21,6 +20,7 @@ from tests.fault.harness import (
     record,
     run_under_fault,
 )
+from timeline_fanout.cli.settings import Settings
 
 
 @pytest.mark.edge_stores("sqlite", *MONGO_BOTH_MODES)

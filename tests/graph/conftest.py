@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from fanout.settings import Settings
-from graph.model.edges import EdgeStore
 from tests.graph.stores.edge_backends import BACKENDS
 from tests.graph.timelines.warm_pair import Pair, count_multi_gets, make_pair
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph.model.edges import EdgeStore
 
 
 @pytest.fixture(params=list(BACKENDS))

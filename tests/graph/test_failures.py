@@ -10,11 +10,11 @@ import pytest
 from pymongo import MongoClient
 from pymongo import errors as mongo
 
-from graph import EdgeChange
-from graph.failures import Failure, classify, is_transient
-from graph.stores.sqlite import SqliteEdgeStore
-from memcache import MemcacheCluster
 from tests.conftest import Refused
+from timeline_fanout.graph import EdgeChange
+from timeline_fanout.graph.failures import Failure, classify, is_transient
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.memcache import MemcacheCluster
 
 
 def raised(action: object) -> BaseException:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from fanout import wiring
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from producers import create_topics
 from tests.mongo_servers import MongoServer, docker_skip_reason
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.producers import create_topics
 
 pytestmark = pytest.mark.skipif(
     docker_skip_reason() is not None,

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 import uvloop
 
-from devstack.ports import free_port, listens
-from devstack.stack import StackState, memcached_answers, memcached_binary
-from fanout.settings import Settings
-from memcache.async_cluster import AsyncMemcache, Replies
-from memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
-from memcache.wire import NOT_READ
 from tests.conftest import Refused
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
+from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
+from timeline_fanout.memcache.wire import NOT_READ
+from timeline_fanout_devstack.ports import free_port, listens
+from timeline_fanout_devstack.stack import StackState, memcached_answers, memcached_binary
 
 ITEM_LIMIT = 1024 * 1024  # memcached's default -I, which the test stack runs with
 TIMEOUT = 0.5  # the client's timeout where a server is made to hang
@@ -471,7 +471,7 @@ def test_remembered_plans_hold_a_bounded_number_of_keys(
     multi-GETs (``gets_many``: the round trips after a batch) and plans of many keys are not
     kept."""
     # at most 10 keys a plan
-    monkeypatch.setattr("memcache.async_cluster.REMEMBERED_PLAN_KEYS", 640)
+    monkeypatch.setattr("timeline_fanout.memcache.async_cluster.REMEMBERED_PLAN_KEYS", 640)
     assert cache.set_many({b"k%d" % i: b"v%d" % i for i in range(0, 2000, 7)})
 
     async def main() -> None:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome, keep_ttl
-from memcache.wire import NOT_READ
 from tests.conftest import Refused
+from timeline_fanout.memcache.cluster import (
+    CacheUnavailable,
+    Item,
+    MemcacheCluster,
+    Outcome,
+    keep_ttl,
+)
+from timeline_fanout.memcache.wire import NOT_READ
 
 STORED, NOT_STORED, EXISTS, NOT_FOUND, TOO_LARGE = (
     Outcome.STORED,
@@ -172,7 +178,7 @@ def test_placement_is_the_same_as_hashclients(cache: MemcacheCluster) -> None:
 
 
 def test_batches_larger_than_one_pipeline(cache: MemcacheCluster) -> None:
-    from memcache.cluster import PIPELINE
+    from timeline_fanout.memcache.cluster import PIPELINE
 
     keys = [b"big%d" % i for i in range(3 * PIPELINE + 7)]
     assert set(cache.add_many(dict.fromkeys(keys, b"+a ")).values()) == {STORED}
@@ -207,7 +213,7 @@ def test_an_error_reply_closes_the_connection_and_the_next_call_starts_clean(
 def test_batch_placement_is_hashclients_for_any_number_of_servers() -> None:
     from pymemcache.client.rendezvous import RendezvousHash
 
-    from memcache.cluster import RendezvousRing
+    from timeline_fanout.memcache.cluster import RendezvousRing
 
     for count in (1, 2, 3, 5):
         nodes = [f"10.0.0.{i}:11211" for i in range(count)]

@@ -24,13 +24,13 @@ from typing import Any
 import orjson
 import pytest
 
-from fanout import wiring
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from producers import EventPublisher, create_topics
-from schemas import validate_event
 from tests.conftest import settings_env
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.producers import EventPublisher, create_topics
+from timeline_fanout.schemas import validate_event
 
 NODE_DIR = Path(__file__).with_name("node")
 USERS = [f"u{i}" for i in range(10)] + ["-lead"]
@@ -72,7 +72,7 @@ DELETED = {"p11", "p15", "p19"}
 def consume_both(runs: list[Settings], which: str) -> None:
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "fanout", "consume", which, "--until-idle", "2"],
+            [sys.executable, "-m", "timeline_fanout", "consume", which, "--until-idle", "2"],
             env=settings_env(s),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from fanout.settings import Settings
-from producers import EventPublisher
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.producers import EventPublisher
 
 M = 0x5BD1E995
 MASK = 0xFFFFFFFF

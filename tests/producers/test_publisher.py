@@ -7,11 +7,11 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from fanout.settings import Settings
-from producers import EventPublisher, InternalPublisher, PublishError, create_topics
-from schemas import EventDecodeError, PostDeleted, Topics, decode_event
 from tests.conftest import Refused
 from tests.kafka_helpers import read_topic
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.producers import EventPublisher, InternalPublisher, PublishError, create_topics
+from timeline_fanout.schemas import EventDecodeError, PostDeleted, Topics, decode_event
 
 
 def test_published_events_read_back_with_envelope_and_keys(settings: Settings) -> None:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import (
+from timeline_fanout.schemas import (
     EventDecodeError,
     FanoutTask,
     Follow,

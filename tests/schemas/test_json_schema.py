@@ -18,10 +18,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from schemas import EventDecodeError, decode_event
-from schemas.codec import MAX_MESSAGE_BYTES, byte_rule_violation
-from schemas.json_schema import SCHEMA_DIR, json_schemas, render
-from schemas.topics import APP_TYPES, admit
+from timeline_fanout.schemas import EventDecodeError, decode_event
+from timeline_fanout.schemas.codec import MAX_MESSAGE_BYTES, byte_rule_violation
+from timeline_fanout.schemas.json_schema import SCHEMA_DIR, json_schemas, render
+from timeline_fanout.schemas.topics import APP_TYPES, admit
 
 EVENT_SCHEMA = jsonschema.Draft202012Validator(
     orjson.loads((SCHEMA_DIR / "event.json").read_bytes())

@@ -8,10 +8,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.lists.token_lists import ListStats
-from graph.stores.sqlite import SqliteEdgeStore
-from memcache.cluster import MemcacheCluster
+from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from timeline_fanout.graph.lists.token_lists import ListStats
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 STAR = ListRef(ListKind.FOLLOWERS, "star")
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from consumers.graph_apply import GraphApplier
-from graph import ListSettings, ListStore
-from graph.lists.counts import CachedCounts, CountSource, KeptCounts, list_counts
-from graph.model.edges import EdgeCounts, EdgeStore
-from graph.stores.mongo import MongoEdgeStore
-from graph.stores.sqlite import SqliteEdgeStore
-from memcache import MemcacheCluster
 from tests.consumers.test_graph_apply import follow, removed, unfollow
+from timeline_fanout.consumers.graph_apply import GraphApplier
+from timeline_fanout.graph import ListSettings, ListStore
+from timeline_fanout.graph.lists.counts import CachedCounts, CountSource, KeptCounts, list_counts
+from timeline_fanout.graph.model.edges import EdgeCounts, EdgeStore
+from timeline_fanout.graph.stores.mongo import MongoEdgeStore
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.memcache import MemcacheCluster
 
 
 class RacedStore(SqliteEdgeStore):

@@ -3,10 +3,10 @@ real memcached servers of the local stack."""
 
 from __future__ import annotations
 
-from graph import EdgeChange, ListStore
-from graph.lists.decoded import DecodedLists
-from graph.stores.sqlite import SqliteEdgeStore
 from tests.graph.lists.contention import STAR, write
+from timeline_fanout.graph import EdgeChange, ListStore
+from timeline_fanout.graph.lists.decoded import DecodedLists
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 
 MEMBERS = 3000  # some 40 KiB of tokens: above the smallest list kept decoded
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.lists.capped import CappedListStore
-from graph.lists.fencing import Index
-from graph.model.edges import Snapshot
-from graph.model.keys import counter_key
-from graph.stores.sqlite import SqliteEdgeStore
-from memcache import CacheUnavailable
-from memcache.cluster import MemcacheCluster
 from tests.conftest import Refused
 from tests.graph.lists.contention import STAR, contend, write
+from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.fencing import Index
+from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.keys import counter_key
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.memcache import CacheUnavailable
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 
 def index_of(lists: ListStore, ref: ListRef) -> Index:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph.lists.tokens import (
+from timeline_fanout.graph.lists.tokens import (
     CorruptList,
     UnsafeMember,
     _winners,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph.model.keys import KeySpace, ListKind, ListRef, counter_key, shard_key
+from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef, counter_key, shard_key
 
 # Ids from the whole id alphabet, and by name the ones that look like another key's suffix.
 tricky_ids = ["x", "x:rb", "x:n", "x:0", "x:0:j", "x:0:j:n", "fl:x", "a@b", "-x", "n", "j", "0"]

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from graph.model.edges import EdgeStore
-from graph.stores.mongo import FollowingMode, MongoEdgeStore
-from graph.stores.sqlite import SqliteEdgeStore
 from tests.mongo_servers import MongoServer
+from timeline_fanout.graph.model.edges import EdgeStore
+from timeline_fanout.graph.stores.mongo import FollowingMode, MongoEdgeStore
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 
 
 @contextmanager

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from graph.model.edges import (
+from tests.mongo_servers import MongoServer, ferretdb_deviation
+from timeline_fanout.graph.model.edges import (
     EdgeChange,
     EdgeCounts,
     EdgeState,
@@ -21,10 +22,9 @@ from graph.model.edges import (
     Snapshot,
     StoredBodies,
 )
-from graph.model.keys import ListKind, ListRef
-from graph.stores.mongo import MongoEdgeStore
-from graph.stores.sqlite import SqliteEdgeStore
-from tests.mongo_servers import MongoServer, ferretdb_deviation
+from timeline_fanout.graph.model.keys import ListKind, ListRef
+from timeline_fanout.graph.stores.mongo import MongoEdgeStore
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 
 
 def follow(a: str, b: str, pos: int, group: str | None = None) -> EdgeChange:

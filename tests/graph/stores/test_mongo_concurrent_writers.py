@@ -17,9 +17,9 @@ from typing import Any
 import pymongo
 import pytest
 
-from graph.model.edges import EdgeChange
-from graph.stores.mongo import FollowingMode, MongoEdgeStore
 from tests.mongo_servers import MongoServer
+from timeline_fanout.graph.model.edges import EdgeChange
+from timeline_fanout.graph.stores.mongo import FollowingMode, MongoEdgeStore
 
 EDGES = 400
 BATCH = 20

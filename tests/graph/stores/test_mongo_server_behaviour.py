@@ -15,11 +15,11 @@ import pymongo
 import pytest
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
-from graph.failures import Failure, classify
-from graph.model.edges import EdgeChange, EdgeState
-from graph.stores.mongo import DUPLICATE_KEY, MongoEdgeStore
-from graph.stores.open import SOCKET_TIMEOUT_MS, open_edge_store
 from tests.mongo_servers import MongoServer
+from timeline_fanout.graph.failures import Failure, classify
+from timeline_fanout.graph.model.edges import EdgeChange, EdgeState
+from timeline_fanout.graph.stores.mongo import DUPLICATE_KEY, MongoEdgeStore
+from timeline_fanout.graph.stores.open import SOCKET_TIMEOUT_MS, open_edge_store
 
 SERVERS = ["ferretdb", "real_mongodb"]
 

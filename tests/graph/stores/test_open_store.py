@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import ConfigurationError
 
-from graph import open_edge_store
-from graph.stores.open import redact
 from tests.mongo_servers import MongoServer
+from timeline_fanout.graph import open_edge_store
+from timeline_fanout.graph.stores.open import redact
 
 
 @pytest.mark.parametrize(

@@ -26,8 +26,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from graph.model.edges import EdgeChange
-from graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.model.edges import EdgeChange
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 
 USERS = [f"u{i}" for i in range(12)]
 BATCHES = 150

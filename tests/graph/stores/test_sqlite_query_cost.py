@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from graph.model.edges import EdgeChange
-from graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.model.edges import EdgeChange
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 
 INACTIVE = 5000
 

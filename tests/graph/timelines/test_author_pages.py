@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from graph.model.edges import PostKey, PostRecord, PostRef
-from graph.model.keys import KeySpace
-from graph.stores.sqlite import SqliteEdgeStore
-from graph.timelines.author_pages import ITEM_POSTS, AuthorPages
-from graph.timelines.post_bodies import PostBodies
-from memcache import MemcacheCluster
 from tests.graph.timelines.warm_pair import Pair
+from timeline_fanout.graph.model.edges import PostKey, PostRecord, PostRef
+from timeline_fanout.graph.model.keys import KeySpace
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines.author_pages import ITEM_POSTS, AuthorPages
+from timeline_fanout.graph.timelines.post_bodies import PostBodies
+from timeline_fanout.memcache import MemcacheCluster
 
 
 class RacedStore(SqliteEdgeStore):

@@ -8,9 +8,9 @@ import tracemalloc
 
 import orjson
 
-from graph.timelines.fetch import Remembered
-from graph.timelines.page_memo import PageMemo
-from memcache.async_cluster import Replies
+from timeline_fanout.graph.timelines.fetch import Remembered
+from timeline_fanout.graph.timelines.page_memo import PageMemo
+from timeline_fanout.memcache.async_cluster import Replies
 
 BUDGET = 1 << 18
 

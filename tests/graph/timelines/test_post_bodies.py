@@ -9,11 +9,11 @@ from collections.abc import Callable, Collection, Sequence
 
 import pytest
 
-from graph.model.edges import PostRecord, PostRef, StoredBodies
-from graph.model.keys import KeySpace
-from graph.stores.sqlite import SqliteEdgeStore
-from graph.timelines.post_bodies import DELETED, PostBodies
-from memcache import Item, MemcacheCluster
+from timeline_fanout.graph.model.edges import PostRecord, PostRef, StoredBodies
+from timeline_fanout.graph.model.keys import KeySpace
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines.post_bodies import DELETED, PostBodies
+from timeline_fanout.memcache import Item, MemcacheCluster
 
 
 class RacedStore(SqliteEdgeStore):

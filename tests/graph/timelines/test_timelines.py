@@ -12,17 +12,22 @@ from typing import Any, cast
 
 import pytest
 
-from graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from graph.anti_entropy import AntiEntropy
-from graph.lists.capped import CappedListStore
-from graph.lists.tokens import token
-from graph.model.edges import EdgeStore, PostRecord, PostRef
-from graph.stores.sqlite import SqliteEdgeStore
-from graph.timelines.celebrity_posts import CelebrityPosts
-from graph.timelines.fetch import ReadMemory, Remembered
-from graph.timelines.reader import BadCursor, TimelineEntry, TimelineReader, TimelineSource
-from memcache.cluster import MemcacheCluster, Outcome
 from tests.graph.lists.contention import write
+from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from timeline_fanout.graph.anti_entropy import AntiEntropy
+from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.tokens import token
+from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
+from timeline_fanout.graph.timelines.fetch import ReadMemory, Remembered
+from timeline_fanout.graph.timelines.reader import (
+    BadCursor,
+    TimelineEntry,
+    TimelineReader,
+    TimelineSource,
+)
+from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome
 
 
 class Counting:

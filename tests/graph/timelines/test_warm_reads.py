@@ -16,19 +16,19 @@ from typing import Any
 import pytest
 import uvloop
 
-import graph.lists.token_lists
-from consumers.positions import Origin, Positioned
-from fanout import wiring
-from fanout.settings import Settings
-from graph import ListKind, ListRef
-from graph.lists.fencing import index_marker, new_generation, timeline_marker
-from graph.timelines.fetch import ReadMemory
-from graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
-from graph.timelines.warm_reads import WarmReads
-from memcache.cluster import CacheUnavailable, MemcacheCluster
-from schemas import PostDeleted
 from tests.conftest import Refused
 from tests.graph.timelines.warm_pair import Pair, shown, writes
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.consumers.positions import Origin, Positioned
+from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.lists import token_lists
+from timeline_fanout.graph.lists.fencing import index_marker, new_generation, timeline_marker
+from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
+from timeline_fanout.graph.timelines.warm_reads import WarmReads
+from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster
+from timeline_fanout.schemas import PostDeleted
 
 
 def warmed(pair: Pair) -> None:
@@ -125,7 +125,7 @@ def test_a_list_being_built_is_none_at_once(
     )
     cache.set_many({key: marker}, expire=60)
     wait_s = 4.0
-    monkeypatch.setattr(graph.lists.token_lists, "BUILD_WAIT_S", wait_s)
+    monkeypatch.setattr(token_lists, "BUILD_WAIT_S", wait_s)
     started = time.monotonic()
     assert_none_and_nothing_written(pair)
     assert time.monotonic() - started < wait_s / 2  # never slept a round

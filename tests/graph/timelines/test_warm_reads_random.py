@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as examples_settings
 from hypothesis import strategies as st
 
-from fanout.settings import Settings
-from graph import ListKind, ListRef
 from tests.graph.timelines.warm_pair import Pair, make_pair
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import ListKind, ListRef
 
 AUTHORS = ("a", "b", "c", "d")
 STAR = "s"  # a celebrity: never fanned out, merged at read time

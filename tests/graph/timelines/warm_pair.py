@@ -13,18 +13,18 @@ from typing import Any, cast
 import pytest
 from pymemcache.client.base import Client
 
-from fanout import wiring
-from fanout.settings import Settings
-from graph import EdgeChange, ListKind, ListRef
-from graph.lists.tokens import token
-from graph.model.edges import PostRecord, PostRef
-from graph.stores.sqlite import SqliteEdgeStore
-from graph.timelines.fetch import ReadMemory
-from graph.timelines.reader import TimelineEntry, TimelinePage, TimelineReader
-from graph.timelines.warm_reads import WarmReads
-from memcache.async_cluster import AsyncMemcache
-from memcache.cluster import Item
 from tests.graph.lists.contention import write
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.graph import EdgeChange, ListKind, ListRef
+from timeline_fanout.graph.lists.tokens import token
+from timeline_fanout.graph.model.edges import PostRecord, PostRef
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelinePage, TimelineReader
+from timeline_fanout.graph.timelines.warm_reads import WarmReads
+from timeline_fanout.memcache.async_cluster import AsyncMemcache
+from timeline_fanout.memcache.cluster import Item
 
 MEMO_BYTES = 1 << 20
 Runner = Callable[[Coroutine[Any, Any, TimelinePage | None]], TimelinePage | None]

@@ -1,5 +1,0 @@
-import sys
-
-from fanout.cli import main
-
-sys.exit(main())

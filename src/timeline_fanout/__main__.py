@@ -1,0 +1,5 @@
+import sys
+
+from timeline_fanout.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""Capped lists (home timelines) in a single item each: the Membase manual's simple list.
+
+A capped list never outgrows one memcached item (800 entries of at most ~145 bytes), so it
+needs no index and no shards: a delivery is one APPEND to ``{ns}|tl|{user}``, pipelined per
+server, which is as close to the raw limit as a fan-out can get. The item is its own head for
+the fence (graph/lists/fencing.py): a rebuild ADDs it holding only a marker token, deliveries append
+after the marker as to any timeline, and the commit CASes in the regenerated entries followed
+by whatever was appended meanwhile.
+
+memcached answers NOT_STORED to an APPEND both when the item is missing and (near the limit)
+when it would pass the item size limit; a meta get tells them apart. Too big means trim now
+(compaction keeps the newest ``max_members``), then append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from timeline_fanout.graph.lists import fencing
+from timeline_fanout.graph.lists.token_lists import Pending, ReadRound, TokenLists
+from timeline_fanout.graph.lists.tokens import (
+    CorruptList,
+    additions,
+    compact_shards,
+    decode,
+    encode_members,
+)
+from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.keys import ListKind, ListRef
+from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
+
+
+def shorter(ttl: int) -> int:
+    """The expiry to write a timeline back with: a second less than it had when read, so a
+    compaction (its CAS comes within that second) never extends a timeline's life."""
+    return keep_ttl(ttl - 1) if ttl > 1 else keep_ttl(ttl)
+
+
+class CappedListStore(TokenLists):
+    def deliver(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> None:
+        """Append each token to the timelines of its users (a post to its followers): the
+        hot path of a fan-out, one pipelined APPEND per timeline with the command stream built
+        per post, not per follower. Refused appends (timeline absent, or full) go through the
+        same retry rounds as ``append_tokens``."""
+        self._skipped = set()
+        keys = [self.keys.list_keys(ListKind.TIMELINE, users) for _, users in posts]
+        refused = self.cache.append_to_each(
+            [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
+        )
+        self.stats.appends += sum(map(len, keys)) - len(refused)
+        pending: dict[bytes, Pending] = {}
+        users_of: dict[int, dict[bytes, str]] = {}
+        for index, key, _ in refused:
+            data, users = posts[index]
+            if key in pending:  # two posts to one refused timeline: one pending write
+                pending[key].tokens += data
+                continue
+            if index not in users_of:
+                users_of[index] = dict(zip(keys[index], users, strict=True))
+            pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
+        self._settle(list(pending.values()))
+        self._compact_written(
+            ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
+        )
+
+    # -- rebuilds ----------------------------------------------------------------------------
+
+    def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
+        return fencing.claim(self.cache, {k: fencing.timeline_marker(g) for k, g in gens.items()})
+
+    def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
+        def finishing(gen: bytes, snapshot: Snapshot) -> Callable[[bytes], bytes | None]:
+            marker = fencing.timeline_marker(gen)
+            rebuilt = encode_members(snapshot.members)
+
+            def finish(current: bytes) -> bytes | None:
+                if not current.startswith(marker):
+                    return None
+                (value,) = compact_shards(
+                    [rebuilt + current[len(marker) :]], self.settings.max_members
+                )
+                return value
+
+            return finish
+
+        finishing_all = {key: finishing(gen, snap) for key, (gen, snap) in builds.items()}
+        deadlines = {key: fencing.deadline(gen) for key, (gen, _) in builds.items()}
+        return fencing.commit(self.cache, finishing_all, deadlines)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _read_round(self, refs: list[ListRef]) -> ReadRound:
+        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        found = self.cache.gets_many(keys.values())
+        read = ReadRound()
+        broken: dict[bytes, bytes] = {}
+        for ref in refs:
+            item = found.get(keys[ref])
+            if item is None:
+                read.absent.append(ref)
+                continue
+            if fencing.timeline_building(item.value):
+                read.building.append(ref)
+                continue
+            try:
+                decoded = decode([item.value])
+            except CorruptList:
+                broken[keys[ref]] = item.cas
+                continue
+            read.found[ref] = decoded.members
+            if self._is_dirty(decoded):
+                self._compact(keys[ref], item)
+        fencing.drop_if_unchanged(self.cache, broken)
+        self.stats.invalidations += len(broken)
+        read.again = [ref for ref in refs if keys[ref] in broken]
+        return read
+
+    def fetched(self, item: Item | None) -> list[str] | None:
+        """A timeline's members from an item someone else's multi-GET brought, in item order
+        with duplicates kept (see ``additions``), when it is a committed, clean timeline; None
+        for anything else (absent, being built, corrupt, dirty), which ``read_many`` handles
+        as always (regenerate, wait, drop, compact)."""
+        if item is None or fencing.timeline_building(item.value):
+            return None
+        members = additions(item.value)
+        if members is None or self._dirty(len(set(members)), len(members)):
+            return None
+        return members
+
+    def _compact(self, key: bytes, item: Item) -> None:
+        """Best effort: a write that won the race survives and the compaction is given up
+        (counted in ``stats``); the next dirty read tries again."""
+        (compacted,) = compact_shards([item.value], self.settings.max_members)
+        outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))
+        if outcome is Outcome.STORED:
+            self.stats.compactions += 1
+        else:
+            self.stats.compactions_lost += 1
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def _write_round(self, pending: list[Pending]) -> list[Pending]:
+        by_key = {p.key: p for p in pending}
+        outcomes = self.cache.append_many({k: p.tokens for k, p in by_key.items()})
+        refused = [k for k, outcome in outcomes.items() if not outcome.ok]
+        self.stats.appends += len(outcomes) - len(refused)
+        present = self.cache.exists_many(refused)
+        full = [k for k in refused if present[k]]
+        for key in refused:
+            if not present[key]:
+                self._skip(by_key[key])
+        items = self.cache.gets_many(full)
+        dropped: list[bytes] = []
+        for key in full:  # too big: trim it, then append again
+            item = items.get(key)
+            if item is None:
+                continue  # gone meanwhile: the next round skips it
+            if fencing.timeline_building(item.value) or not self._trim(key, item):
+                dropped.append(key)  # a build this full, or one that trimming cannot shrink
+        fencing.invalidate(self.cache, dropped)  # (cap too big for an item): regenerate it
+        for key in dropped:
+            self._skip(by_key[key])
+        return [by_key[k] for k in full if k not in dropped]
+
+    def _trim(self, key: bytes, item: Item) -> bool:
+        """Compact a timeline that an append found full; False if that frees nothing (or the
+        item is corrupt: the caller drops it, and its next reader regenerates it)."""
+        try:
+            (compacted,) = compact_shards([item.value], self.settings.max_members)
+        except CorruptList:
+            return False
+        if len(compacted) >= len(item.value):
+            return False
+        outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))
+        self.stats.compactions += outcome is Outcome.STORED
+        return outcome in (Outcome.STORED, Outcome.EXISTS)  # EXISTS: changed, go round

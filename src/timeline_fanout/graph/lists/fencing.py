@@ -1,0 +1,165 @@
+"""The fence: how a list rebuilt from the edge store replaces what is cached, whatever races it.
+
+**The rule.** A list's *head item* (a sharded list's index, a timeline's only item) is its commit
+point and its lease at once. A rebuild
+
+1. **claims** the head with ADD of a *building marker* naming a fresh generation (for a sharded
+   list the marker names an empty journal shard, ADDed just before; a timeline's marker is its
+   first token), with a short expiry (``LEASE_S``);
+2. only then reads the edge store;
+3. **commits** with CAS: it reads the head back and replaces it only if it still holds *its own*
+   marker (plus, for a timeline, whatever deliveries appended after the marker). Anything else
+   (absent, another generation's marker, a committed list) means the claim was broken, and the
+   rebuild is dropped.
+
+Writers never wait and never create a list: they read the head *after* writing the store and
+append to what it names, marker or committed list alike (a sharded list's marker names the
+journal shard, so a write during a build lands in the generation being built). A head that is
+absent is skipped: the store holds the write, and any later claim reads the store after it.
+
+**Why it is right.** Take a rebuild R of a list that commits, and a write W whose store write R's
+store read missed. W's store write came after R's store read, hence after R's claim; W reads the
+head after its store write, so it sees R's marker, R's committed list, or something newer. If
+it sees R's generation, its token lands in R's generation (journal or newest shard). If it sees
+something newer or nothing, R's marker was gone before R's commit could check it, because a
+head, once changed, never returns to an older generation's marker (generations are fresh), and
+R's CAS fails. So a committed generation holds every write its snapshot missed. Invalidation is a
+DELETE of the head: it breaks any claim in flight (its CAS finds nothing), so a rebuild that read
+the store before a change can never commit after the invalidation that followed the change. A
+lease that expires, a server that restarts, an evicted marker: all are "the head changed", and
+all make the commit fail rather than commit without a write. Nothing here depends on time except
+liveness (a crashed rebuilder's marker expires after ``LEASE_S``).
+
+What the fence does not cover, tokens do (graph/lists/tokens.py): a token appended *late* (a
+zombie, a replay, a consumer of another partition) is ordered by its position, not by when it
+landed, and
+the graph applier confirms every addition against the store after appending it
+(consumers/graph_apply.py), so an addition that lost to a newer removal is answered by that
+removal's token in whatever generation is current.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from timeline_fanout.graph.lists.tokens import CorruptList
+from timeline_fanout.memcache import Outcome
+from timeline_fanout.memcache.interface import Cache
+
+# A claim lives this long unless committed: the bound on how long a crashed rebuild blocks
+# nobody (writers never wait) and how long readers wait before reading the store themselves.
+LEASE_S = 60
+COMMIT_ATTEMPTS = 8  # CAS rounds against appends racing a timeline's commit
+# Remembered index parses: ~45 MB when full (measured with tracemalloc; raw bytes, parsed tuple).
+PARSED_INDEXES = 1 << 16
+BUILDING = b"~"
+JOURNAL = b"j"
+
+
+class Index(NamedTuple):
+    """A sharded list's head: ``"{gen} +{shard} +{shard} "``, newest shard last; while being
+    built, ``"{gen}~ +j "``: the generation's journal shard only. Shard names are short hex or
+    ``j``; order decides only which shard writers append to (tokens commute)."""
+
+    gen: bytes
+    shards: tuple[bytes, ...]
+    building: bool
+
+    @staticmethod
+    @functools.lru_cache(maxsize=PARSED_INDEXES)
+    def parse(raw: bytes) -> Index:
+        """Remembered by the raw bytes (a pure function of them): every write reads the head of
+        each list it appends to, and a hot list's head changes only on rollover or rebuild."""
+        parts = raw.split()
+        if not parts or raw.count(b" +") != len(parts) - 1 or len(parts) < 2:
+            raise CorruptList(f"bad index {raw[:70]!r}")
+        gen = parts[0]
+        building = gen.endswith(BUILDING)
+        gen = gen.removesuffix(BUILDING)
+        shards = tuple(p[1:] for p in parts[1:])
+        if (
+            not gen.isalnum()
+            or not all(s.isalnum() for s in shards)
+            or len(set(shards)) != len(shards)
+        ):
+            raise CorruptList(f"bad index {raw[:70]!r}")
+        return Index(gen, shards, building)
+
+    def encode(self) -> bytes:
+        head = self.gen + (BUILDING if self.building else b"")
+        return head + b" " + b"".join(b"+%s " % s for s in self.shards)
+
+
+def new_generation(lifetime_s: int) -> bytes:
+    """A fresh generation id that carries its list's absolute deadline (unix seconds, hex):
+    whoever rewrites the head later (a rollover, a compaction) writes it back with that same
+    absolute expiry, so no rewrite, however delayed, extends a list's life."""
+    return b"%08x%s" % (int(time.time()) + lifetime_s, secrets.token_hex(4).encode("ascii"))
+
+
+def deadline(gen: bytes) -> int:
+    """The absolute expiry (memcached reads an expiry past 30 days as unix time)."""
+    return int(gen[:8], 16)
+
+
+def index_marker(gen: bytes) -> bytes:
+    return Index(gen, (JOURNAL,), True).encode()
+
+
+def timeline_marker(gen: bytes) -> bytes:
+    """A timeline being built: its first token names the generation; deliveries append after."""
+    return BUILDING + gen + b" "
+
+
+def timeline_building(value: bytes) -> bool:
+    return value.startswith(BUILDING)
+
+
+def claim(cache: Cache, markers: Mapping[bytes, bytes]) -> set[bytes]:
+    """Step 1: ADD each head's marker; the heads this client now builds."""
+    added = cache.add_many(markers, expire=LEASE_S)
+    return {key for key, outcome in added.items() if outcome is Outcome.STORED}
+
+
+def commit(
+    cache: Cache,
+    finishing: Mapping[bytes, Callable[[bytes], bytes | None]],
+    expire: Mapping[bytes, int],
+) -> set[bytes]:
+    """Step 3: read each head back and CAS in ``finish(current)``; ``finish`` answers None when
+    the head no longer holds this client's marker. Appends racing the CAS (a timeline's
+    deliveries) make it go round with the longer value. Returns the heads committed."""
+    todo = dict(finishing)
+    done: set[bytes] = set()
+    for _ in range(COMMIT_ATTEMPTS):
+        if not todo:
+            break
+        current = cache.gets_many(todo)
+        swaps: dict[bytes, tuple[bytes, bytes]] = {}
+        for key, finish in todo.items():
+            item = current.get(key)
+            value = None if item is None else finish(item.value)
+            if item is not None and value is not None:
+                swaps[key] = (value, item.cas)
+        outcomes = cache.cas_many(swaps, {k: expire[k] for k in swaps}) if swaps else {}
+        done.update(key for key, outcome in outcomes.items() if outcome is Outcome.STORED)
+        todo = {k: todo[k] for k, outcome in outcomes.items() if outcome is Outcome.EXISTS}
+    return done
+
+
+def invalidate(cache: Cache, heads: list[bytes]) -> None:
+    """Drop lists outright (their store state changed in a way tokens do not express): breaks
+    any claim in flight, so no rebuild that read the store earlier can commit."""
+    if heads:
+        cache.delete_many(heads)
+
+
+def drop_if_unchanged(cache: Cache, heads: Mapping[bytes, bytes]) -> None:
+    """Drop lists found broken (a missing shard, corrupt bytes), each only if its head is still
+    the one read (CAS id): a reader with an old view must not drop a newer, good generation."""
+    if heads:
+        cache.delete_if_unchanged(heads)

@@ -1,0 +1,290 @@
+"""What every cached token list shares: settings, stats, the read and write retry loops, rebuilds
+through the fence, invalidation, the dirtiness rule and write sampling.
+
+A layout (graph/lists/sharded.py: follower and following lists; graph/lists/capped.py: home
+timelines) supplies how a list is claimed, committed, read and appended to. The fence itself
+(claim, commit, invalidate) and the argument for why it is right are in graph/lists/fencing.py; the
+token encoding, in which appends commute, in graph/lists/tokens.py.
+
+Every cached item expires: a list's head after ``heal_s`` (±10% so lists built together do not
+expire together), its shards after twice that, so a head never names a shard that expired first.
+Readers never extend an expiry. Whatever divergence a hole left behind is gone once the head
+expires and the next reader rebuilds the list from the store: healing is bounded by ``heal_s``.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from timeline_fanout.graph.lists import fencing
+from timeline_fanout.graph.lists.tokens import DecodedList, encode, split_tokens
+from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.keys import KeySpace, ListRef
+from timeline_fanout.memcache.interface import Cache
+
+__all__ = [
+    "ListSettings",
+    "ListStats",
+    "ListWriteError",
+    "MemberSource",
+    "Pending",
+    "ReadRound",
+    "TokenLists",
+]
+
+MAX_WRITE_ATTEMPTS = 8
+# A reader that finds a list being built by someone else polls its head this many times, this
+# far apart, then reads the store itself rather than wait longer (and rather than stampede it).
+BUILD_WAIT_ROUNDS = 50
+BUILD_WAIT_S = 0.01
+T = TypeVar("T")
+
+
+@dataclass
+class ReadRound:
+    """What one pass over the cache found: the members of every list it could read, the lists
+    absent (to build from the source), those another client is building (to wait for), and
+    those to read again (found broken and dropped)."""
+
+    found: dict[ListRef, frozenset[str]] = field(default_factory=dict)
+    absent: list[ListRef] = field(default_factory=list)
+    building: list[ListRef] = field(default_factory=list)
+    again: list[ListRef] = field(default_factory=list)
+
+
+class MemberSource(Protocol):
+    """The source of truth a list is rebuilt from (the edge store)."""
+
+    def snapshot(self, ref: ListRef) -> Snapshot: ...
+
+
+class ListWriteError(RuntimeError):
+    """A batch of appends could not be applied; the caller retries the batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListSettings:
+    shard_bytes: int = 64 * 1024
+    dirty_ratio: float = 0.5
+    dirty_min: int = 64
+    compact_write_prob: float = 0.01
+    namespace: str = "tf"
+    # Capped lists (timelines) keep only their greatest members when compacted.
+    max_members: int | None = None
+    heal_s: int = 3600
+
+
+@dataclass(slots=True)
+class ListStats:
+    """What the list layer did; consumers export these as metrics."""
+
+    appends: int = 0  # tokens appended to a cached list (one per list per write)
+    skipped_absent: int = 0  # writes to lists not in the cache: the store has them
+    rollovers: int = 0
+    rebuilds: int = 0
+    rebuilds_lost: int = 0  # claims broken before their commit (an invalidation, an eviction)
+    invalidations: int = 0
+    compactions: int = 0
+    compactions_lost: int = 0
+    retries: int = 0
+    build_waits: int = 0  # rounds a reader waited for another client's rebuild
+    store_reads: int = 0  # reads answered from the store (a build in progress for too long)
+    decodes: int = 0  # lists decoded from items another read brought (not found decoded)
+
+
+@dataclass(slots=True)
+class Pending:
+    """Tokens on their way to one list."""
+
+    ref: ListRef
+    key: bytes  # the list's head key, validated once: write rounds look it up many times
+    tokens: bytes
+
+
+class TokenLists(abc.ABC):
+    def __init__(
+        self,
+        cache: Cache,
+        source: MemberSource,
+        settings: ListSettings | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cache = cache
+        self.source = source
+        self.settings = settings or ListSettings()
+        self.keys = KeySpace(self.settings.namespace)
+        self.stats = ListStats()
+        self._rng = rng or random.Random()
+        self._skipped: set[ListRef] = set()  # lists the current write skipped
+
+    # -- keys and expiry ---------------------------------------------------------------------
+
+    def index_key(self, ref: ListRef) -> bytes:
+        return self.keys.list_key(ref)
+
+    def index_keys(self, refs: Sequence[ListRef]) -> list[bytes]:
+        return self.keys.ref_keys(refs)
+
+    def head_expiry(self) -> int:
+        heal = self.settings.heal_s
+        return max(1, round(heal * (0.9 + 0.2 * self._rng.random())))
+
+    def part_expiry(self) -> int:
+        """Shards outlive the head that names them (a head lives at most 1.1 x heal_s)."""
+        return 2 * self.settings.heal_s + fencing.LEASE_S
+
+    # -- invalidation and rebuilds -----------------------------------------------------------
+
+    def invalidate(self, refs: Iterable[ListRef]) -> None:
+        """Drop lists so the next reader rebuilds them from the store (fenced: see
+        graph/lists/fencing.py)."""
+        keys = self.index_keys(list(dict.fromkeys(refs)))
+        fencing.invalidate(self.cache, keys)
+        self.stats.invalidations += len(keys)
+
+    def rebuild_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
+        """Build absent lists from the store through the fence: the members committed, or None
+        where this client did not commit (another client holds the claim, or the claim was
+        broken), in which case the caller goes round again."""
+        unique = list(dict.fromkeys(refs))
+        if not unique:
+            return {}
+        keys = dict(zip(unique, self.index_keys(unique), strict=True))
+        gens = {ref: fencing.new_generation(self.head_expiry()) for ref in unique}
+        won = self._claim({keys[ref]: gens[ref] for ref in unique})
+        mine = [ref for ref in unique if keys[ref] in won]
+        snapshots = {ref: self.source.snapshot(ref) for ref in mine}
+        committed = self._commit({keys[ref]: (gens[ref], snapshots[ref]) for ref in mine})
+        result: dict[ListRef, frozenset[str] | None] = dict.fromkeys(unique)
+        for ref in mine:
+            if keys[ref] in committed:
+                result[ref] = frozenset(snapshots[ref].members)
+                self.stats.rebuilds += 1
+            else:
+                self.stats.rebuilds_lost += 1
+        return result
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, ref: ListRef) -> frozenset[str]:
+        return self.read_many([ref])[ref]
+
+    def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+        """Every list in one pass per round (multi-GETs with CAS ids, so that a dirty list is
+        compacted without another read); absent lists are built from the source. A list that
+        another client is building is waited for a little, then read from the store."""
+        result: dict[ListRef, frozenset[str]] = {}
+        todo = list(dict.fromkeys(refs))
+        for attempt in range(BUILD_WAIT_ROUNDS + MAX_WRITE_ATTEMPTS):
+            if not todo:
+                return result
+            read = self._read_round(todo)
+            result.update(read.found)
+            built = self.rebuild_many(read.absent)
+            result.update({ref: members for ref, members in built.items() if members is not None})
+            todo = [ref for ref, members in built.items() if members is None]
+            todo += read.again + read.building
+            if read.building:
+                self.stats.build_waits += 1
+                if attempt >= BUILD_WAIT_ROUNDS:
+                    break
+                self._pause()
+            if todo:
+                self.stats.retries += 1
+        for ref in todo:  # still not readable from the cache: the store is the answer
+            result[ref] = frozenset(self.source.snapshot(ref).members)
+            self.stats.store_reads += 1
+        return result
+
+    def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+        """What the cache holds for each list that is cached and not being built; nothing is
+        rebuilt (anti-entropy compares this with the store)."""
+        return self._read_round(list(dict.fromkeys(refs))).found
+
+    def _pause(self) -> None:
+        self.cache.wait(BUILD_WAIT_S)
+
+    def _is_dirty(self, decoded: DecodedList) -> bool:
+        return self._dirty(len(decoded.members), decoded.tokens)
+
+    def _dirty(self, members: int, tokens: int) -> bool:
+        """Worth compacting: more dead tokens (removed, superseded, duplicated, or past the
+        cap) than ``dirty_min`` and than ``dirty_ratio`` of all tokens."""
+        cap = self.settings.max_members
+        dead = tokens - (members if cap is None else min(members, cap))
+        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * tokens
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str, int]]]) -> None:
+        """Append ``(add, member, position)`` tokens to many lists. The edge store must already
+        hold these changes."""
+        self.append_tokens({ref: encode(ops) for ref, ops in changes.items() if ops})
+
+    def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> None:
+        """``apply`` for tokens already encoded."""
+        self._skipped = set()
+        refs = [ref for ref, data in tokens.items() if data]
+        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        # A list's tokens larger than a shard go in several waves (tokens commute), so no
+        # single write can pass the server's item size limit.
+        pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
+        for wave in range(max(map(len, pieces.values()), default=0)):
+            self._settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
+        self._compact_written(self._sample(list(tokens)))
+
+    @property
+    def skipped(self) -> frozenset[ListRef]:
+        """The lists the last write skipped because they were not in the cache."""
+        return frozenset(self._skipped)
+
+    def _settle(self, pending: list[Pending]) -> None:
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            if not pending:
+                return
+            if attempt:
+                self.stats.retries += 1
+            pending = self._write_round(pending)
+        raise ListWriteError(f"could not append to {len(pending)} lists after retries")
+
+    def _skip(self, item: Pending) -> None:
+        """A write never builds a list: one that is not in the cache is left alone, and its
+        next reader builds it from the store, which already holds this write."""
+        self.stats.skipped_absent += 1
+        self._skipped.add(item.ref)
+
+    def _sample(self, written: Sequence[T]) -> list[T]:
+        """A random ``compact_write_prob`` share of what a write touched (rounded at random,
+        so small writes are sampled too)."""
+        share = self.settings.compact_write_prob * len(written)
+        return self._rng.sample(written, min(len(written), int(share + self._rng.random())))
+
+    def _compact_written(self, refs: Iterable[ListRef]) -> None:
+        """Read, and so compact if dirty, lists just written to; not those the write skipped:
+        they are not in the cache, and a read would build them."""
+        chosen = [ref for ref in refs if ref not in self._skipped]
+        if chosen:
+            self.read_many(chosen)
+
+    # -- what a layout supplies --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
+        """Claim the heads ``{head key: generation}``; return those this client builds."""
+
+    @abc.abstractmethod
+    def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
+        """Write each claimed list's snapshot and commit it through the fence; return the
+        heads committed."""
+
+    @abc.abstractmethod
+    def _read_round(self, refs: list[ListRef]) -> ReadRound:
+        """One pass over the cache for ``refs`` (see ``ReadRound``)."""
+
+    @abc.abstractmethod
+    def _write_round(self, pending: list[Pending]) -> list[Pending]:
+        """Append what can be appended; return what must go round again."""

@@ -1,0 +1,298 @@
+"""Post texts and deletions, as every page sees them: one memcached item per post.
+
+Timelines hold post names, not posts (graph/timelines/entries.py); a page is read *through* the
+posts that still exist, as Mastodon and Bluesky read theirs. ``{ns}|pb|{author}|{post_id}``
+holds ``t`` + the text (UTF-8) for a live post, ``n`` for a live post without text, ``x`` for a
+deleted one, and ``~`` while a reader fills it from the store. A page multi-GETs the items of
+the entries it would show; an entry whose item says deleted is skipped and the walk goes on
+(graph/timelines/reader.py), whichever timeline, celebrity item or late delivery brought it.
+
+**Why a deleted post is never shown again.** The store's tombstone is permanent
+(``EdgeStore.delete_posts``) and is written before the consumer SETs the item to ``x``
+(consumers/fanout_apply.py). An item holds a live text only if a reader put it there, and a
+reader puts it only by CAS over the ``~`` it saw with ``gets`` *before* its store read. Take a
+deletion whose SET lands at time s, and a reader whose CAS of a live text succeeds after s: its
+CAS holds the CAS id of a ``gets`` that found ``~``; if that ``gets`` came after s it found
+``x`` (or, were ``x`` evicted since, an ADD of ``~`` after s, whose store read comes after the
+tombstone: deleted), so it came before s, and then s's SET changed the item between the
+``gets`` and the CAS, which fails. A restart or an eviction empties the item: a CAS then fails
+(NOT_FOUND) and the next fill reads the store, which says deleted. So from the tombstone's SET
+on, no item says live; and a page shows an entry only with its item (or, filling, the store's
+answer read after the item's ``~``). Deliveries of a deleted post (a replay, a chunk task held
+up) and stale celebrity items can still bring its name into a page's candidates: the body
+hides it all the same. Nothing depends on the order of deliveries, fills and deletions.
+
+**The deletion mark, for pages kept rendered.** The page memo (graph/timelines/page_memo.py)
+serves a rendered page again when its first multi-GET's replies are the same bytes, without
+reading bodies. So every first multi-GET asks ``{ns}|deletions`` too, and every deletion SETs
+it to a fresh random value after its bodies' ``x`` (``delete``). A page rendered from a body
+read before the ``x`` had its first multi-GET before that, hence before the mark's SET: its
+replies hold an older mark, and no later read finds that value again (values are never
+reused; an evicted mark is absent, then ADDed fresh by the next blocking read, ``keep_mark``,
+and a warm read that finds none keeps nothing). Whatever brings the post's name back into a
+timeline's bytes (a compaction or a regeneration rewriting the very bytes kept, a chunk task
+still queued, a late celebrity refresh) cannot make such a page served again. Each deletion
+costs every kept page one walk.
+
+**Texts known under a mark.** Texts never change (a post published again keeps the first text,
+``store_posts``), so an item once live stays right until the deletion rewrites it, and the
+deletion then changes the mark. So a body read live by the multi-GET ``read`` sends, after a
+first multi-GET that found the mark at M, is remembered in the process with M (``_KNOWN``), and
+a later read whose first multi-GET finds the mark at M takes the text from there without
+reading the item. Why that is never a post deleted before the later read began: take a
+deletion D of the post. Its ``x`` came after the remembered body read (which found the post
+live; after the ``x`` an item never says live, above), so D's mark SET came after that read's
+mark read, which found M; from then on the mark holds D's value, a later one, or none, never M
+again. A read that found M had its first multi-GET before D's mark SET, so before D was
+applied: the page memo's argument (graph/timelines/page_memo.py), post by post. Only bodies
+read after the mark are remembered: a body in ``found`` itself came from the same multi-GET as
+the mark, in no known order. A text is read again ``heal_s`` after it was remembered, as an
+item expires: whatever wrote a wrong text into an item is gone from every process as from
+memcached (docs/guarantees.md, bounded self-healing).
+
+Items expire after ``heal_s``, as every cached item does (docs/guarantees.md, bounded
+self-healing); an expired or evicted item is filled again from the store, one query per page,
+not one per post.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
+from timeline_fanout.graph.model.keys import KeySpace
+from timeline_fanout.memcache import Item, Outcome
+from timeline_fanout.memcache.interface import Cache
+
+LIVE = b"t"
+NO_TEXT = b"n"
+DELETED = b"x"
+FILLING = b"~"
+CODE = "pb"
+
+
+class BodyWriteError(RuntimeError):
+    """A deletion's item was not written: the batch is retried, never committed."""
+
+
+@dataclass(slots=True)
+class Bodies:
+    """What is known of some posts, each named ``{author}!{post_id}`` as in a timeline member
+    (graph/timelines/entries.py): the live ones' texts and the deleted ones."""
+
+    texts: dict[str, str | None] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)
+
+
+class State(enum.Enum):
+    LIVE = "live"
+    DELETED = "deleted"
+    UNKNOWN = "unknown"  # being filled, or not ours: filled from the store
+
+
+class Parsed(NamedTuple):
+    state: State
+    text: str | None = None
+
+
+_DELETED = Parsed(State.DELETED)
+_UNKNOWN = Parsed(State.UNKNOWN)
+
+
+# Parsed items remembered by their bytes (a post is on many pages, and texts never change):
+# items of at most PARSED_VALUE_MAX bytes, PARSED_MAX of them (emptied when full), ~8 MiB.
+PARSED_MAX = 8192
+PARSED_VALUE_MAX = 1024
+_parsed: dict[bytes, Parsed] = {}
+# Live texts by body key, with the deletion mark the read that found them had found before
+# and the time (``time.monotonic``) after which they are read again, ``heal_s`` after (module
+# docstring): KNOWN_MAX of them (emptied when full), ~25 MiB at 140-character texts.
+KNOWN_MAX = 65536
+_KNOWN: dict[bytes, tuple[bytes, float, str | None]] = {}
+
+
+def _parse(value: bytes) -> Parsed:
+    parsed = _parsed.get(value)
+    if parsed is None:
+        parsed = _parse_new(value)
+        if len(value) <= PARSED_VALUE_MAX:
+            if len(_parsed) >= PARSED_MAX:
+                _parsed.clear()
+            _parsed[value] = parsed
+    return parsed
+
+
+def _parse_new(value: bytes) -> Parsed:
+    if value[:1] == LIVE:
+        try:
+            return Parsed(State.LIVE, value[1:].decode("utf-8"))
+        except UnicodeDecodeError:
+            return _UNKNOWN
+    if value == NO_TEXT:
+        return Parsed(State.LIVE)
+    return _DELETED if value == DELETED else _UNKNOWN
+
+
+def _encode(text: str | None) -> bytes:
+    return NO_TEXT if text is None else LIVE + text.encode("utf-8")
+
+
+def post_name(member: str) -> str:
+    """``{author}!{post_id}`` of a timeline member ``{ts}!{author}!{post_id}``."""
+    return member.partition("!")[2]
+
+
+class PostBodies:
+    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, heal_s: int) -> None:
+        self._cache = cache
+        self._store = store
+        self.mark_key = keys.deletions_key()
+        self._prefix = f"{keys.namespace}|{CODE}|"
+        self._key_prefix = self._prefix.encode("ascii")
+        self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
+
+    def holds(self, key: bytes) -> bool:
+        """Whether ``key`` is a post body's."""
+        return key.startswith(self._key_prefix)
+
+    def keys(self, posts: Iterable[str]) -> list[bytes]:
+        """Items of posts named ``{author}!{post_id}`` (ids already valid: they come from
+        timeline members or events)."""
+        prefix = self._prefix
+        joined = (" " + prefix).join(posts)  # one join, one encode, one split: C speed
+        if not joined:
+            return []
+        return (prefix + joined.replace("!", "|")).encode("ascii").split(b" ")
+
+    def read(self, posts: Sequence[str], found: Mapping[bytes, Item]) -> Bodies:
+        """The bodies of ``posts``: from ``found`` (a read's multi-GET) where it has them, else
+        the texts known under the deletion mark ``found`` holds, else one more multi-GET, and
+        what is still missing filled from the store through the ``~`` fence (module
+        docstring)."""
+        bodies = Bodies()
+        unread: dict[bytes, str] = {}
+        mark = found.get(self.mark_key)
+        known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (_KNOWN, mark.value)
+        now = time.monotonic()
+        for post, key in zip(posts, self.keys(posts), strict=True):
+            item = found.get(key)
+            if item is not None and self._take(bodies, post, item.value):
+                continue
+            seen = known.get(key)
+            if seen is not None and seen[0] == stamp and seen[1] > now:
+                bodies.texts[post] = seen[2]
+            else:
+                unread[key] = post
+        if not unread:
+            return bodies
+        got = self._cache.gets_many(list(unread))
+        if mark is not None:
+            _remember(got, stamp, now + self._expire)
+        empty = {k: p for k, p in unread.items() if k not in got}
+        if empty:
+            self._cache.add_many(dict.fromkeys(empty, FILLING), self._expire)
+            got.update(self._cache.gets_many(list(empty)))
+        fill = {}
+        for key, post in unread.items():
+            item = got.get(key)
+            if item is None or not self._take(bodies, post, item.value):
+                fill[key] = (post, item)
+        if fill:
+            self._fill(bodies, fill)
+        return bodies
+
+    @staticmethod
+    def _take(bodies: Bodies, post: str, value: bytes) -> bool:
+        parsed = _parse(value)
+        if parsed.state is State.LIVE:
+            bodies.texts[post] = parsed.text
+        elif parsed.state is State.DELETED:
+            bodies.gone.add(post)
+        return parsed.state is not State.UNKNOWN
+
+    def _fill(self, bodies: Bodies, fill: Mapping[bytes, tuple[str, Item | None]]) -> None:
+        """The store's answer for these posts, CAS'd over the item each ``gets`` found (read
+        before the store: the fence). A post the store does not know (never stored) is shown
+        without text and not cached."""
+        refs = {key: PostRef(*post.split("!", 1)) for key, (post, _) in fill.items()}
+        stored = self._store.post_bodies(list(refs.values()))
+        writes: dict[bytes, tuple[bytes, bytes]] = {}
+        for key, (post, item) in fill.items():
+            ref = refs[key]
+            if ref in stored.deleted:
+                bodies.gone.add(post)
+                value = DELETED
+            else:
+                bodies.texts[post] = stored.texts.get(ref)
+                if ref not in stored.texts:
+                    continue
+                value = _encode(stored.texts[ref])
+            if item is not None:
+                writes[key] = (value, item.cas)
+        if writes:
+            self._cache.cas_many(writes, self._expire)  # failed: someone wrote since; theirs stands
+
+    def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
+        """``EdgeStore.store_posts`` inside the fence, so that the posts' items are live before
+        the first page shows them (no reader has to fill them): ``~`` ADDed where an item is
+        missing, every item read with ``gets``, the store written and its answer (the texts
+        stored first; nothing for a deleted post) CAS'd over the items that were not filled
+        yet. The store's answer is read after the ``gets``: the argument of the module
+        docstring holds as for a reader's fill. A failed CAS is someone else's newer write."""
+        keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
+        self._cache.add_many(dict.fromkeys(keys, FILLING), self._expire)
+        seen = self._cache.gets_many(keys)
+        stored = self._store.store_posts(posts)
+        writes: dict[bytes, tuple[bytes, bytes]] = {}
+        for post, key in zip(posts, keys, strict=True):
+            item = seen.get(key)
+            if item is None or _parse(item.value).state is not State.UNKNOWN:
+                continue
+            record = stored.get(PostRef(post.author, post.post_id))
+            writes[key] = (DELETED if record is None else _encode(record.text), item.cas)
+        if writes:
+            self._cache.cas_many(writes, self._expire)
+        return stored
+
+    def delete(self, posts: Sequence[PostRef]) -> None:
+        """After the store's tombstones: every item says deleted. Raises ``BodyWriteError``
+        unless every SET was stored (the deletion is retried whole)."""
+        if not posts:
+            return
+        keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
+        outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED), self._expire)
+        outcomes.update(self._cache.set_many({self.mark_key: _fresh_mark()}, self._expire))
+        failed = [k for k in [*keys, self.mark_key] if outcomes.get(k) is not Outcome.STORED]
+        if failed:
+            raise BodyWriteError(f"{len(failed)} deletion items not written: {failed[0]!r}")
+
+    def keep_mark(self, found: Mapping[bytes, Item]) -> None:
+        """A read whose first multi-GET (``found``) did not find the deletion mark puts a fresh
+        one (evicted, expired, a restarted server, or no deletion yet): a page is kept by the
+        page memo only with the mark in its replies (module docstring)."""
+        if self.mark_key not in found:
+            self._cache.add_many({self.mark_key: _fresh_mark()}, self._expire)
+
+
+_NOTHING_KNOWN: Mapping[bytes, tuple[bytes, float, str | None]] = {}
+
+
+def _remember(got: Mapping[bytes, Item], mark: bytes, until: float) -> None:
+    """The live texts of ``got`` (body items read after a first multi-GET that found ``mark``)
+    in ``_KNOWN``, to be used until ``until``."""
+    if len(_KNOWN) + len(got) > KNOWN_MAX:
+        _KNOWN.clear()
+    for key, item in got.items():
+        parsed = _parse(item.value)
+        if parsed.state is State.LIVE:
+            _KNOWN[key] = (mark, until, parsed.text)
+
+
+def _fresh_mark() -> bytes:
+    """Never a value the mark held before: 96 random bits."""
+    return secrets.token_hex(12).encode("ascii")

@@ -1,0 +1,21 @@
+"""A memcached client for pipelined batches: the text protocol's wire (`wire`), a blocking
+cluster of servers on a rendezvous ring (`cluster`), and its event-loop twin for reads
+(`async_cluster`).
+
+It imports nothing of this project's: every outcome of a write is a named value (`Outcome`),
+and a server that cannot be reached is `CacheUnavailable`, never a miss.
+"""
+
+from timeline_fanout.memcache.cluster import MemcacheCluster, keep_ttl
+from timeline_fanout.memcache.interface import Cache
+from timeline_fanout.memcache.wire import NOT_READ, CacheUnavailable, Item, Outcome
+
+__all__ = [
+    "NOT_READ",
+    "Cache",
+    "CacheUnavailable",
+    "Item",
+    "MemcacheCluster",
+    "Outcome",
+    "keep_ttl",
+]

@@ -1,0 +1,318 @@
+"""Memcached over several servers, batched and pipelined, with typed results.
+
+Why not ``HashClient``: it defaults to noreply (so ``add``/``append`` report success for writes
+that stored nothing), and on failures it drops a server from the ring, silently remapping its keys
+to another server and back again later, which resurrects stale lists. Here keys are placed with the
+same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a server that does
+not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
+
+Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
+memcache/wire.py for why); FLUSH through pymemcache. It implements
+``memcache.interface.Cache``, the Protocol the layers above are written against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import add, eq, mod, mul
+from typing import Any, TypeVar
+
+import mmh3
+from pymemcache.client.base import Client
+from pymemcache.exceptions import MemcacheError
+
+from timeline_fanout.memcache.wire import (
+    NOT_READ,
+    CacheUnavailable,
+    Item,
+    Outcome,
+    ServerPipe,
+    cas_pipeline,
+    line_pipeline,
+    meta_get_pipeline,
+    same_value_pipeline,
+    store_pipeline,
+)
+
+__all__ = ["PIPELINE", "CacheUnavailable", "Item", "MemcacheCluster", "Outcome", "RendezvousRing"]
+
+# memcached stops reading a connection whose replies are not being read, so one huge write
+# would deadlock against its own replies: pipelines are cut at this many commands.
+PIPELINE = 2000
+# Pipelines sent to one server before its first replies are read: two keep the server busy
+# while the client reads and builds, and bound unread replies to a few tens of KB.
+WINDOW = 2
+T = TypeVar("T")
+
+
+def keep_ttl(ttl: int) -> int:
+    """The expiry to write back for an item read with ``ttl`` seconds left (-1: none), so that
+    a rewrite (CAS) never extends an item's life. An item read without its time to live (the
+    event loop's reads, which never write) raises ``ValueError``: writing it back could make it
+    immortal."""
+    if ttl == NOT_READ:
+        raise ValueError("an item read without its time to live cannot be written back")
+    return 0 if ttl < 0 else max(ttl, 1)
+
+
+def _cas_ids(ids: list[bytes]) -> list[bytes]:
+    """``ids``, if each is one: an item read without its CAS id (``Item.cas`` empty) has no
+    version to be written back against (memcached would refuse ``md key C`` with nothing
+    after it as a client error, failing the whole batch)."""
+    if not all(ids):
+        raise ValueError("an item read without its CAS id cannot be written back")
+    return ids
+
+
+class RendezvousRing:
+    """``HashClient``'s placement (pymemcache's ``RendezvousHash`` with murmur3 seed 0: a key
+    goes to the node with the greatest ``murmur3(f"{node}-{key}")``, a tie to the greater node
+    name), for a whole batch of keys at once: mmh3's C murmur3 and C-level iteration, because a
+    fan-out places every follower's timeline key."""
+
+    def __init__(self, nodes: Sequence[str]) -> None:
+        self.nodes = sorted(nodes)  # rank = position: a tie goes to the higher rank
+        self._prefixes = [node.encode("ascii") + b"-" for node in self.nodes]
+
+    def owners(self, keys: Sequence[bytes]) -> list[int]:
+        """The index in ``nodes`` of each key's server."""
+        count = len(self.nodes)
+        if count == 1:
+            return [0] * len(keys)
+        ranked = [  # score * count + rank: the max is the winner, ties included
+            map(
+                add,
+                map(mul, map(mmh3.mmh3_32_uintdigest, map(prefix.__add__, keys)), repeat(count)),
+                repeat(rank),
+            )
+            for rank, prefix in enumerate(self._prefixes)
+        ]
+        return list(map(mod, map(max, *ranked), repeat(count)))
+
+    def split(
+        self, keys: Sequence[bytes], *columns: Sequence[T]
+    ) -> list[tuple[list[bytes], list[list[T]]]]:
+        """Per node: its keys, and the items of each column aligned with them, in order."""
+        owners = self.owners(keys)
+        split = []
+        for node in range(len(self.nodes)):
+            mine = list(map(eq, owners, repeat(node)))
+            split.append((list(compress(keys, mine)), [list(compress(c, mine)) for c in columns]))
+        return split
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Commands for many keys: ``build(keys, *columns)`` makes one pipeline's bytes for a slice
+    of ``keys`` and of the columns aligned with them."""
+
+    build: Callable[..., bytes]
+    keys: Sequence[bytes]
+    columns: tuple[Sequence[Any], ...] = ()
+    values: bool = False  # replies carry values (meta gets), not one line each
+
+
+class MemcacheCluster:
+    def __init__(self, servers: Iterable[tuple[str, int]], timeout: float = 2.0) -> None:
+        self._clients: dict[str, Client] = {}
+        self._pipes: dict[str, ServerPipe] = {}
+        for host, port in servers:
+            name = f"{host}:{port}"
+            self._clients[name] = Client(
+                (host, port),
+                connect_timeout=timeout,
+                timeout=timeout,
+                default_noreply=False,
+                no_delay=True,
+            )
+            self._pipes[name] = ServerPipe(host, port, timeout)
+        if not self._clients:
+            raise ValueError("no memcached servers configured")
+        self._ring = RendezvousRing(list(self._clients))
+
+    @property
+    def servers(self) -> list[str]:
+        return list(self._clients)
+
+    def server_for(self, key: bytes) -> str:
+        return self._ring.nodes[self._ring.owners([key])[0]]
+
+    def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], Any]]:
+        """Every job's commands, split by server, PIPELINE commands per write and WINDOW writes
+        unanswered per server, all servers at once: while one server's replies are read, the
+        servers work through what is queued, across jobs. Reads that bring values back keep
+        one write in flight (their replies are big; a second write could stall against them).
+        Returns, per pipeline, its job's index, server, keys and replies (raw reply lines, or
+        the values read). A failure closes every connection with replies still unread."""
+        queues: dict[str, deque[tuple[int, list[bytes], list[list[Any]]]]] = {
+            node: deque() for node in self._ring.nodes
+        }
+        for index, job in enumerate(jobs):
+            split = self._ring.split(job.keys, *job.columns)
+            for node, (mine, cols) in zip(self._ring.nodes, split, strict=True):
+                queues[node].extend(
+                    (index, mine[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
+                    for i in range(0, len(mine), PIPELINE)
+                )
+        window = 1 if any(job.values for job in jobs) else WINDOW
+        flying: dict[str, deque[tuple[int, list[bytes]]]] = {node: deque() for node in queues}
+        done: list[tuple[int, ServerPipe, list[bytes], Any]] = []
+        try:
+            while any(queues.values()) or any(flying.values()):
+                for node, queue in queues.items():
+                    while queue and len(flying[node]) < window:
+                        index, mine, cols = queue.popleft()
+                        self._pipes[node].send(jobs[index].build(mine, *cols))
+                        flying[node].append((index, mine))
+                for node, sent in flying.items():
+                    if sent:
+                        index, mine = sent.popleft()
+                        pipe = self._pipes[node]
+                        read = pipe.receive_values if jobs[index].values else pipe.receive
+                        done.append((index, pipe, mine, read(len(mine))))
+        except CacheUnavailable:
+            for node, sent in flying.items():
+                if sent:
+                    self._pipes[node].close()
+            raise
+        return done
+
+    def _call(self, server: str, method: str, *args: Any) -> Any:
+        client = self._clients[server]
+        try:
+            return getattr(client, method)(*args)
+        except (TimeoutError, OSError, MemcacheError) as exc:
+            client.close()
+            raise CacheUnavailable(f"memcached {server}: {exc}") from exc
+
+    def wait(self, seconds: float) -> None:
+        """Before asking again for items someone else is writing (a list being built). A
+        client that must not block (graph/timelines/warm_reads.py) refuses instead."""
+        time.sleep(seconds)
+
+    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
+        """Items with their CAS ids and time to live (for reads that may turn into a compaction
+        or a commit); a missing key is left out."""
+        job = _Job(meta_get_pipeline, list(dict.fromkeys(keys)), values=True)
+        found: dict[bytes, Item] = {}
+        for _, _, mine, replies in self._pipelined([job]):
+            found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
+        return found
+
+    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        return {key: item.value for key, item in self.gets_many(keys).items()}
+
+    def _outcomes(self, job: _Job) -> dict[bytes, Outcome]:
+        found: dict[bytes, Outcome] = {}
+        for _, pipe, keys, replies in self._pipelined([job]):
+            found.update(zip(keys, pipe.outcomes(replies, len(keys)), strict=True))
+        return found
+
+    def _store(
+        self, command: bytes, values: Mapping[bytes, bytes], expire: int = 0
+    ) -> dict[bytes, Outcome]:
+        def build(keys: list[bytes], data: list[bytes]) -> bytes:
+            return store_pipeline(command, keys, data, expire)
+
+        return self._outcomes(_Job(build, list(values), (list(values.values()),)))
+
+    def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
+        """STORED where the key was created; NOT_STORED where it already existed."""
+        return self._store(b"add", values, expire)
+
+    def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, Outcome]:
+        """NOT_STORED: the key is missing; TOO_LARGE: the item would pass the size limit
+        (memcached also answers NOT_STORED for that when the item is already near the limit,
+        so a NOT_STORED item may still exist: ``exists_many`` tells)."""
+        return self._store(b"append", values)
+
+    def append_to_each(
+        self, groups: Sequence[tuple[bytes, Sequence[bytes]]]
+    ) -> list[tuple[int, bytes, Outcome]]:
+        """APPEND each group's value to every key of the group (a post to its followers'
+        timelines), all groups in one pipelined exchange: ``(group, key, outcome)`` for each
+        append that was not stored, as in ``append_many``."""
+
+        def building(value: bytes) -> Callable[[list[bytes]], bytes]:
+            return lambda mine: same_value_pipeline(b"append", mine, value)
+
+        jobs = [_Job(building(value), keys) for value, keys in groups]
+        refused: list[tuple[int, bytes, Outcome]] = []
+        for index, pipe, mine, replies in self._pipelined(jobs):
+            outcomes = pipe.outcomes(replies, len(mine))
+            refused += [(index, k, o) for k, o in zip(mine, outcomes, strict=True) if not o.ok]
+        return refused
+
+    def set_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
+        return self._store(b"set", values, expire)
+
+    def cas_many(
+        self, values: Mapping[bytes, tuple[bytes, bytes]], expire: int | Mapping[bytes, int] = 0
+    ) -> dict[bytes, Outcome]:
+        """``{key: (value, cas id)}``: STORED, EXISTS (changed since it was read), NOT_FOUND
+        (gone) or TOO_LARGE, per key. ``expire``: one for all, or one per key."""
+        keys = list(values)
+        expires = [expire] * len(keys) if isinstance(expire, int) else [expire[k] for k in keys]
+        pairs = list(values.values())
+        columns = ([v for v, _ in pairs], _cas_ids([c for _, c in pairs]), expires)
+        return self._outcomes(_Job(cas_pipeline, keys, columns))
+
+    def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome:
+        return self.cas_many({key: (value, cas_id)}, expire)[key]
+
+    def delete_if_unchanged(self, items: Mapping[bytes, bytes]) -> dict[bytes, Outcome]:
+        """``{key: cas id}``: delete each item only if it is still the one that was read (meta
+        delete with C): a reader that found a list broken must not drop a newer, good one."""
+
+        def build(keys: list[bytes], ids: list[bytes]) -> bytes:
+            return line_pipeline(b"md", keys, [b" C" + c for c in ids])
+
+        return self._outcomes(_Job(build, list(items), (_cas_ids(list(items.values())),)))
+
+    def _lines(self, command: bytes, args: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+        def build(keys: list[bytes], data: list[bytes]) -> bytes:
+            return line_pipeline(command, keys, data)
+
+        replies: dict[bytes, bytes] = {}
+        for _, pipe, keys, raw in self._pipelined(
+            [_Job(build, list(args), (list(args.values()),))]
+        ):
+            replies.update(zip(keys, pipe.reply_lines(raw), strict=True))
+        return replies
+
+    def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:
+        """New values, None where the counter does not exist."""
+        replies = self._lines(b"incr", {k: b" %d" % d for k, d in deltas.items()})
+        return {k: None if v == b"NOT_FOUND" else int(v) for k, v in replies.items()}
+
+    def decr_many(self, deltas: Mapping[bytes, int]) -> None:
+        """Counters shrunk (memcached stops at 0); a missing one stays missing."""
+        self._lines(b"decr", {k: b" %d" % d for k, d in deltas.items()})
+
+    def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
+        """Meta get without flags: a hit (HD) or a miss (EN), no value sent, and the item's
+        expiry left alone (leases have one)."""
+        replies = self._lines(b"mg", dict.fromkeys(keys, b""))
+        return {k: v == b"HD" for k, v in replies.items()}
+
+    def delete_many(self, keys: Iterable[bytes]) -> None:
+        self._lines(b"delete", dict.fromkeys(keys, b""))
+
+    def versions(self) -> dict[str, str]:
+        """Every server's version: a readiness probe that touches no key (``CacheUnavailable``
+        names the first server that does not answer)."""
+        return {s: self._call(s, "version").decode("ascii", "replace") for s in self._clients}
+
+    def flush_all(self) -> None:
+        for server in self._clients:
+            self._call(server, "flush_all", 0, False)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        for pipe in self._pipes.values():
+            pipe.close()

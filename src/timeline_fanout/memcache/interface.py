@@ -1,0 +1,62 @@
+"""The operations a memcached cluster offers the layers above it, as a Protocol.
+
+The token lists and timelines are written against ``Cache``, not against ``MemcacheCluster``,
+so that another implementation can stand in without touching the client's internals: the
+event loop's timeline reader answers multi-GETs from a record and refuses every other
+exchange (graph/timelines/warm_reads.py). Every write's outcome is a named ``Outcome``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from timeline_fanout.memcache.wire import Item, Outcome
+
+
+class Cache(Protocol):
+    def wait(self, seconds: float) -> None:
+        """Before asking again for items someone else is writing (a list being built)."""
+        ...
+
+    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
+        """Items with their CAS ids and time to live; a missing key is left out."""
+        ...
+
+    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes]: ...
+
+    def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
+        """STORED where the key was created; NOT_STORED where it already existed."""
+        ...
+
+    def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, Outcome]: ...
+
+    def append_to_each(
+        self, groups: Sequence[tuple[bytes, Sequence[bytes]]]
+    ) -> list[tuple[int, bytes, Outcome]]:
+        """``(group, key, outcome)`` for each append that was not stored."""
+        ...
+
+    def set_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]: ...
+
+    def cas_many(
+        self, values: Mapping[bytes, tuple[bytes, bytes]], expire: int | Mapping[bytes, int] = 0
+    ) -> dict[bytes, Outcome]: ...
+
+    def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome: ...
+
+    def delete_if_unchanged(self, items: Mapping[bytes, bytes]) -> dict[bytes, Outcome]: ...
+
+    def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]: ...
+
+    def decr_many(self, deltas: Mapping[bytes, int]) -> None: ...
+
+    def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]: ...
+
+    def delete_many(self, keys: Iterable[bytes]) -> None: ...
+
+    def versions(self) -> dict[str, str]:
+        """Every server's version: a readiness probe that touches no key."""
+        ...
+
+    def close(self) -> None: ...
