@@ -27,6 +27,7 @@ from tests.conftest import Refused
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
 from timeline_fanout_devstack.ports import free_port, listens
 from timeline_fanout_devstack.stack import StackState, memcached_answers, memcached_binary
@@ -187,9 +188,10 @@ def test_earlier_replies_of_other_keys_are_never_compared_with(
         k for k in (b"adv7-%d" % i for i in range(40)) if cache.server_for(k) == cache.servers[0]
     ]
     x, z = on_first[:2]  # one server's, so its stream holds both replies in a row
-    assert cache.set_many({x: b"1", z: b"3"}) == {x: Outcome.STORED, z: Outcome.STORED}
     host, _, port = cache.servers[0].rpartition(":")
     one = [(host, int(port))]
+    stored = MemcacheCluster(one).set_many({x: b"1", z: b"3"})
+    assert stored == {x: Outcome.STORED, z: Outcome.STORED}
 
     async def main() -> None:
         client = AsyncMemcache(one)
@@ -421,21 +423,30 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.01)
 
 
-def test_a_stopped_server_fails_calls_and_the_next_call_after_it_is_back_reconnects(
+def test_a_stopped_server_fails_calls_and_a_call_after_the_retry_interval_reconnects(
     own_memcached: tuple[subprocess.Popen[bytes], tuple[str, int]],
 ) -> None:
     proc, address = own_memcached
     MemcacheCluster([address]).set_many({b"k": b"v"})
+    retry_s = 0.3
+    name = f"{address[0]}:{address[1]}"
+    trust = ServerTrust([name], TrustSettings(timeout_s=TIMEOUT, retry_s=retry_s))
 
     async def main() -> None:
-        client = AsyncMemcache([address], TIMEOUT)
+        client = AsyncMemcache([address], trust=trust)
         try:
             assert (await client.gets_many([b"k"]))[b"k"].value == b"v"  # connected
             stop(proc)
-            for _ in range(2):  # the open connection, then a new one to a server still stopped
-                with pytest.raises(CacheUnavailable):
-                    await asyncio.wait_for(client.gets_many([b"k"]), 10)
+            with pytest.raises(CacheUnavailable):  # the open connection times out
+                await asyncio.wait_for(client.gets_many([b"k"]), 10)
+            assert trust.is_down(name)  # down: not asked again until the retry interval
+            with pytest.raises(CacheUnavailable):
+                await asyncio.wait_for(client.gets_many([b"k"]), 0.1)
             proc.send_signal(signal.SIGCONT)
+            deadline = time.monotonic() + 10
+            while trust.is_down(name):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
             assert (await client.gets_many([b"k"]))[b"k"].value == b"v"
         finally:
             client.close()

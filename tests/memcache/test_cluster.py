@@ -158,12 +158,16 @@ def test_keys_spread_over_both_servers(cache: MemcacheCluster) -> None:
     assert owners == set(cache.servers) and len(owners) == 2
 
 
-def test_a_server_that_does_not_answer_raises(refused: Refused) -> None:
+def test_a_lone_server_that_does_not_answer_fails_writes_and_misses_reads(
+    refused: Refused,
+) -> None:
+    """Without a second server nothing can record that it missed a write: the write raises
+    (the caller must not commit); a read misses, and ``available`` sends it to the store."""
     dead = MemcacheCluster([refused.pair], timeout=0.5)
     with pytest.raises(CacheUnavailable):
         dead.append_many({b"k": b"+a "})
-    with pytest.raises(CacheUnavailable):
-        dead.get_many([b"k"])
+    assert dead.get_many([b"k"]) == {}
+    assert dead.available([b"k"]) == [False]
 
 
 def test_placement_is_the_same_as_hashclients(cache: MemcacheCluster) -> None:

@@ -27,6 +27,7 @@ from timeline_fanout.cli.recorded_settings import load_settings
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph.lists.counts import list_counts
 from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.producers import EventPublisher
 
 OPEN_REFUSED = (
@@ -37,10 +38,11 @@ OPEN_REFUSED = (
 
 
 def open_backends(
-    settings: Settings, api: ApiSettings, memory: ReadMemory
+    settings: Settings, api: ApiSettings, memory: ReadMemory, trust: ServerTrust
 ) -> Callable[[], Backends]:
     """Opens one API thread's store, lists, timeline reader and (lazily) publisher; the
-    threads' readers share ``memory``, what they learnt of each user."""
+    threads' readers share ``memory``, what they learnt of each user, and ``trust``, which
+    cache servers may be used."""
     # The producer gives up on an event when the API stops waiting for it, so a timed-out
     # request leaves nothing queued behind it for the next one's delivery report.
     kafka_config = {
@@ -57,7 +59,8 @@ def open_backends(
 
     def opened() -> Backends:
         store = wiring.edge_store(settings)
-        reader = wiring.timeline_reader(settings, store, memory)
+        cache = wiring.cache_cluster(settings, trust)
+        reader = wiring.timeline_reader(settings, store, memory, cache)
         counts = list_counts(store, reader.follow_lists)
         return Backends(store, reader, counts, publisher, lag)
 
@@ -87,8 +90,9 @@ def app_for(settings: Settings, api: ApiSettings) -> Starlette:
     """One worker process's app: its backend threads and its event loop's warm reads remember
     users' reads in one shared memory."""
     memory = ReadMemory()
-    warm = wiring.warm_reads(settings, memory, api.page_memo_mb << 20)
-    return create_app(api, open_backends(settings, api, memory), warm)
+    trust = wiring.server_trust(settings)
+    warm = wiring.warm_reads(settings, memory, api.page_memo_mb << 20, trust)
+    return create_app(api, open_backends(settings, api, memory, trust), warm)
 
 
 def is_loopback(host: str) -> bool:

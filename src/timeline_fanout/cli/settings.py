@@ -135,6 +135,24 @@ class Settings(BaseSettings):
         description="chance that a writer reads (and so compacts) a list it appended to",
     )
     cache_prefix: str = Field("tf", description="memcached key namespace")
+    # Failover (memcache/trust.py, docs/design/cache-failover.md).
+    cache_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=30,
+        description="a memcached server that has not answered within this (connect or reply) "
+        "is down for this process; no request waits on one longer",
+    )
+    cache_retry_s: float = Field(
+        2.0, gt=0, le=300, description="a down memcached server is probed again after this"
+    )
+    cache_lease_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="a server's epoch is read from its guards at most this long before use; a "
+        "consumer that could not write to a server holds its batch this long at most",
+    )
     # A timeline is one memcached item: 5000 entries of at most ~145 bytes fit the default 1 MiB.
     timeline_max: int = Field(
         800, ge=1, le=5000, description="entries kept per home timeline (trimmed by compaction)"

@@ -23,6 +23,8 @@ from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
 from timeline_fanout.graph.timelines.warm_reads import OfflineStore, ReplayCache, WarmReads
 from timeline_fanout.memcache import Cache, MemcacheCluster
+from timeline_fanout.memcache.async_cluster import AsyncMemcache
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.producers import EventPublisher, InternalPublisher
 
 
@@ -46,9 +48,22 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
     )
 
 
+def server_trust(settings: Settings) -> ServerTrust:
+    """Which servers this process may use (memcache/trust.py): one per process, shared by its
+    clients, so that a server found down by one is gone around by all."""
+    servers = [f"{host}:{port}" for host, port in settings.memcached_servers]
+    bounds = TrustSettings(settings.cache_timeout_s, settings.cache_retry_s, settings.cache_lease_s)
+    return ServerTrust(servers, bounds)
+
+
+def cache_cluster(settings: Settings, trust: ServerTrust | None = None) -> MemcacheCluster:
+    """A blocking client of the servers (its own ``ServerTrust`` unless one is given)."""
+    return MemcacheCluster(settings.memcached_servers, trust=trust or server_trust(settings))
+
+
 def list_store(settings: Settings, store: EdgeStore, cache: Cache | None = None) -> ListStore:
     """Follower and following lists (on a cluster of their own unless ``cache`` is given)."""
-    cache = cache or MemcacheCluster(settings.memcached_servers)
+    cache = cache or cache_cluster(settings)
     return ListStore(cache, store, _list_settings(settings))
 
 
@@ -84,13 +99,16 @@ def timeline_reader(
     )
 
 
-def warm_reads(settings: Settings, memory: ReadMemory, memo_bytes: int = 0) -> WarmReads:
-    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory`` with the
-    process's blocking readers; ``memo_bytes`` of rendered pages (graph/timelines/page_memo.py)."""
-    servers = settings.memcached_servers
+def warm_reads(
+    settings: Settings, memory: ReadMemory, memo_bytes: int = 0, trust: ServerTrust | None = None
+) -> WarmReads:
+    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory`` and
+    ``trust`` with the process's blocking readers; ``memo_bytes`` of rendered pages
+    (graph/timelines/page_memo.py)."""
     replay = ReplayCache()
     reader = timeline_reader(settings, OfflineStore(), memory, replay)
-    return WarmReads(reader, replay, servers, PageMemo(memo_bytes) if memo_bytes else None)
+    cache = AsyncMemcache(settings.memcached_servers, trust=trust or server_trust(settings))
+    return WarmReads(reader, replay, cache, PageMemo(memo_bytes) if memo_bytes else None)
 
 
 def group_id(settings: Settings, consumer: str) -> str:

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from timeline_fanout.memcache.cluster import RendezvousRing
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
 # Keys held by remembered multi-GET plans (keys per server, and their commands: a warm read asks
@@ -70,7 +71,8 @@ class _Part(NamedTuple):
 
     node: str
     keys: list[bytes]
-    payload: bytes  # their meta gets
+    payload: bytes  # their meta gets, each key with the server's epoch suffix
+    suffix: bytes  # that suffix (memcache/trust.py): a plan is stale once it changes
 
 
 class _Call:
@@ -233,12 +235,25 @@ class _Abandoned(Exception):
 class AsyncMemcache:
     """Meta gets over several servers from one event loop (only that loop may use it)."""
 
-    def __init__(self, servers: Iterable[tuple[str, int]], timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        servers: Iterable[tuple[str, int]],
+        timeout: float | None = None,
+        trust: ServerTrust | None = None,
+    ) -> None:
+        """``trust``: shared with the process's blocking clients (its own otherwise). A server
+        that is down, or whose guards do not agree on its epoch, is not asked here: the call
+        raises ``CacheUnavailable``, and the caller reads through a blocking client, which
+        goes around it."""
         self._addresses = {f"{host}:{port}": (host, port) for host, port in servers}
         if not self._addresses:
             raise ValueError("no memcached servers configured")
         self._ring = RendezvousRing(list(self._addresses))
-        self._timeout = timeout
+        if trust is None:
+            bounds = TrustSettings() if timeout is None else TrustSettings(timeout_s=timeout)
+            trust = ServerTrust(list(self._addresses), bounds)
+        self._trust = trust
+        self._timeout = trust.settings.timeout_s
         self._connections: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Future[_Connection]] = {}
         self._plans: dict[tuple[bytes, ...], tuple[_Part, ...]] = {}
@@ -277,8 +292,44 @@ class AsyncMemcache:
         if not asked:
             return (), []
         plan = self._plans.get(asked)
-        if plan is None:
+        if plan is None or any(self._trust.epoch(p.node) != p.suffix for p in plan):
+            await self._take_leases()
             plan = self._plan(asked, remember)
+        return plan, await self._exchange(plan, expected, remember)
+
+    async def _take_leases(self) -> None:
+        """Leases on the servers that have none and are not down, read from their guards in
+        one exchange (memcache/trust.py). A server whose guards do not agree on an epoch gets
+        none here: only a blocking client gives a server a fresh epoch."""
+        trust = self._trust
+        if not trust.guarded:
+            return
+        wanted = [n for n in trust.servers if trust.epoch(n) is None and not trust.was_down(n)]
+        if not wanted:
+            return
+        asked: dict[str, list[bytes]] = {}
+        for node in wanted:
+            for guard in trust.guards(node):
+                if not trust.is_down(guard):
+                    asked.setdefault(guard, []).append(epoch_key(node))
+        plan = tuple(
+            _Part(guard, keys, meta_get_pipeline(keys, writable=False), b"")
+            for guard, keys in asked.items()
+        )
+        taken = trust.clock()
+        found = _found(plan, await self._exchange(plan, None, False))
+        for node in wanted:
+            copies = [
+                found.get(epoch_key(node)) for g in trust.guards(node) if not trust.is_down(g)
+            ]
+            epoch = trust.agreed([c.value if c else None for c in copies])
+            if epoch is not None:
+                trust.lease(node, epoch, taken)
+
+    async def _exchange(
+        self, plan: tuple[_Part, ...], expected: tuple[bytes, ...] | None, remember: bool
+    ) -> list[_Waiting]:
+        """Every part of ``plan`` sent, then all awaited; a server that fails is down."""
         call = _Call(asyncio.get_running_loop().create_future(), len(plan))
         parts: list[_Waiting] = []
         try:
@@ -291,13 +342,20 @@ class AsyncMemcache:
                 connection.request(part.payload, waiting)
                 parts.append(waiting)
             await call.future
+        except CacheUnavailable as exc:
+            for part in plan:  # the failing server's name leads the message
+                if str(exc).startswith(f"memcached {part.node}:"):
+                    self._trust.mark_down(part.node)
+            if not call.future.cancel() and not call.future.cancelled():
+                call.future.exception()
+            raise
         except BaseException:
             # Parts already sent are answered to nobody; a failure already set is retrieved
             # (it is news to nobody: the caller gets the exception raised here).
             if not call.future.cancel() and not call.future.cancelled():
                 call.future.exception()
             raise
-        return plan, parts
+        return parts
 
     def _plan(self, keys: tuple[bytes, ...], remember: bool) -> tuple[_Part, ...]:
         """Per server (in ring order), its keys and their meta gets; if ``remember``, kept for
@@ -306,10 +364,18 @@ class AsyncMemcache:
         mine: list[list[bytes]] = [[] for _ in self._ring.nodes]
         for key, owner in zip(unique, self._ring.owners(unique), strict=True):
             mine[owner].append(key)
-        plan = tuple(
-            _Part(node, part, meta_get_pipeline(part, writable=False))
+        suffixes = {
+            node: self._trust.epoch(node)
             for node, part in zip(self._ring.nodes, mine, strict=True)
             if part
+        }
+        unusable = sorted(node for node, suffix in suffixes.items() if suffix is None)
+        if unusable:
+            raise CacheUnavailable(f"memcached {unusable[0]}: down, or no lease on its epoch")
+        plan = tuple(
+            _Part(node, part, meta_get_pipeline(_suffixed(part, sfx), writable=False), sfx)
+            for node, part in zip(self._ring.nodes, mine, strict=True)
+            if part and (sfx := suffixes[node]) is not None
         )
         if remember and len(keys) <= REMEMBERED_PLAN_KEYS // 64:
             if self._plan_keys + len(keys) > REMEMBERED_PLAN_KEYS:
@@ -354,6 +420,10 @@ class AsyncMemcache:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+
+def _suffixed(keys: list[bytes], suffix: bytes) -> list[bytes]:
+    return [key + suffix for key in keys] if suffix else keys
 
 
 def _found(plan: tuple[_Part, ...], parts: list[_Waiting]) -> dict[bytes, Item]:

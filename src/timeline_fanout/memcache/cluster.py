@@ -3,8 +3,12 @@
 Why not ``HashClient``: it defaults to noreply (so ``add``/``append`` report success for writes
 that stored nothing), and on failures it drops a server from the ring, silently remapping its keys
 to another server and back again later, which resurrects stale lists. Here keys are placed with the
-same rendezvous hash ``HashClient`` uses, every write waits for its reply, and a server that does
-not answer raises ``CacheUnavailable`` for the caller's retry policy to handle.
+same rendezvous hash ``HashClient`` uses and every write waits for its reply. A server that does
+not answer is down for a while and its keys are unavailable (memcache/trust.py): reads miss them,
+writes to them are not sent and revoke the server's epoch, so its items are never served again;
+``available`` tells the read paths which keys to answer from the edge store. Only when nothing
+can record a revocation (a single server, or a server and its guards all down) does a write
+raise ``CacheUnavailable`` for the caller's retry policy to handle.
 
 Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
 memcache/wire.py for why); FLUSH through pymemcache. It implements
@@ -25,6 +29,7 @@ import mmh3
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
 from timeline_fanout.memcache.wire import (
     NOT_READ,
     CacheUnavailable,
@@ -47,6 +52,15 @@ PIPELINE = 2000
 # while the client reads and builds, and bound unread replies to a few tens of KB.
 WINDOW = 2
 T = TypeVar("T")
+_GONE = b"NOT_FOUND\r\n"
+
+
+def _add_one(keys: list[bytes], values: list[bytes]) -> bytes:
+    return store_pipeline(b"add", keys, values, 0)
+
+
+def _set_one(keys: list[bytes], values: list[bytes]) -> bytes:
+    return store_pipeline(b"set", keys, values, 0)
 
 
 def keep_ttl(ttl: int) -> int:
@@ -114,10 +128,34 @@ class _Job:
     keys: Sequence[bytes]
     columns: tuple[Sequence[Any], ...] = ()
     values: bool = False  # replies carry values (meta gets), not one line each
+    # The reply line of a server that holds nothing and keeps nothing (what an unavailable
+    # server's keys get: an eviction the callers already handle); None for a read.
+    absent: bytes | None = None
+
+    def unanswered(self, count: int) -> Any:
+        """The replies of ``count`` commands to an unavailable server."""
+        if self.values:
+            return [None] * count
+        return (self.absent or b"EN\r\n") * count
 
 
 class MemcacheCluster:
-    def __init__(self, servers: Iterable[tuple[str, int]], timeout: float = 2.0) -> None:
+    """A cluster of servers, each used only while it answers and under its epoch's lease
+    (memcache/trust.py); ``trust`` may be shared with the process's event-loop client."""
+
+    def __init__(
+        self,
+        servers: Iterable[tuple[str, int]],
+        timeout: float | None = None,
+        trust: ServerTrust | None = None,
+    ) -> None:
+        servers = list(servers)
+        if trust is None:
+            names = [f"{host}:{port}" for host, port in servers]
+            bounds = TrustSettings() if timeout is None else TrustSettings(timeout_s=timeout)
+            trust = ServerTrust(names, bounds)
+        self._trust = trust
+        timeout = trust.settings.timeout_s
         self._clients: dict[str, Client] = {}
         self._pipes: dict[str, ServerPipe] = {}
         for host, port in servers:
@@ -138,6 +176,17 @@ class MemcacheCluster:
     def servers(self) -> list[str]:
         return list(self._clients)
 
+    @property
+    def trust(self) -> ServerTrust:
+        return self._trust
+
+    def available(self, keys: Sequence[bytes]) -> list[bool]:
+        """Per key, whether its server may be used now (up, under a lease; the guards are read
+        for servers whose lease ran out). A read path answers the others from the edge store
+        and writes nothing for them."""
+        usable = {node: self._usable(node) is not None for node in self._ring.nodes}
+        return [usable[self._ring.nodes[owner]] for owner in self._ring.owners(keys)]
+
     def server_for(self, key: bytes) -> str:
         return self._ring.nodes[self._ring.owners([key])[0]]
 
@@ -147,7 +196,12 @@ class MemcacheCluster:
         servers work through what is queued, across jobs. Reads that bring values back keep
         one write in flight (their replies are big; a second write could stall against them).
         Returns, per pipeline, its job's index, server, keys and replies (raw reply lines, or
-        the values read). A failure closes every connection with replies still unread."""
+        the values read). Each key is sent with its server's epoch suffix.
+
+        A server that is unavailable, or fails during the exchange, gets nothing more: its
+        pipelines are answered as a server holding nothing would answer them, the server is
+        marked down (a failure closes its connection with its replies unread), and if any of
+        them wrote, its epoch is revoked before this returns (memcache/trust.py)."""
         queues: dict[str, deque[tuple[int, list[bytes], list[list[Any]]]]] = {
             node: deque() for node in self._ring.nodes
         }
@@ -158,28 +212,189 @@ class MemcacheCluster:
                     (index, mine[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(mine), PIPELINE)
                 )
+        suffixes: dict[str, bytes] = {}
+        done: list[tuple[int, ServerPipe, list[bytes], Any]] = []
+        lost: set[str] = set()  # servers that missed a write
+        for node, queue in queues.items():
+            suffix = self._usable(node) if queue else b""
+            if suffix is None:
+                self._unanswered(node, queue, jobs, done, lost)
+            else:
+                suffixes[node] = suffix
         window = 1 if any(job.values for job in jobs) else WINDOW
         flying: dict[str, deque[tuple[int, list[bytes]]]] = {node: deque() for node in queues}
-        done: list[tuple[int, ServerPipe, list[bytes], Any]] = []
-        try:
-            while any(queues.values()) or any(flying.values()):
-                for node, queue in queues.items():
+
+        def failed(node: str) -> None:
+            self._pipes[node].close()
+            self._trust.mark_down(node)
+            queues[node].extendleft((i, m, []) for i, m in reversed(flying[node]))
+            flying[node].clear()
+            self._unanswered(node, queues[node], jobs, done, lost)
+
+        while any(queues.values()) or any(flying.values()):
+            for node, queue in queues.items():
+                try:
                     while queue and len(flying[node]) < window:
                         index, mine, cols = queue.popleft()
-                        self._pipes[node].send(jobs[index].build(mine, *cols))
                         flying[node].append((index, mine))
-                for node, sent in flying.items():
-                    if sent:
-                        index, mine = sent.popleft()
-                        pipe = self._pipes[node]
-                        read = pipe.receive_values if jobs[index].values else pipe.receive
-                        done.append((index, pipe, mine, read(len(mine))))
-        except CacheUnavailable:
-            for node, sent in flying.items():
-                if sent:
-                    self._pipes[node].close()
-            raise
+                        sent = [k + suffixes[node] for k in mine] if suffixes[node] else mine
+                        self._pipes[node].send(jobs[index].build(sent, *cols))
+                except CacheUnavailable:
+                    failed(node)
+            for node, in_flight in flying.items():
+                if not in_flight:
+                    continue
+                index, mine = in_flight[0]
+                pipe = self._pipes[node]
+                read = pipe.receive_values if jobs[index].values else pipe.receive
+                try:
+                    done.append((index, pipe, mine, read(len(mine))))
+                except CacheUnavailable:
+                    failed(node)
+                else:
+                    in_flight.popleft()
+        for node in sorted(lost):
+            self._revoke(node)
         return done
+
+    def _unanswered(
+        self,
+        node: str,
+        queue: deque[tuple[int, list[bytes], list[list[Any]]]],
+        jobs: Sequence[_Job],
+        done: list[tuple[int, ServerPipe, list[bytes], Any]],
+        lost: set[str],
+    ) -> None:
+        """Answers ``node``'s queued pipelines as a server holding nothing would, and notes in
+        ``lost`` whether one of them wrote."""
+        pipe = self._pipes[node]
+        while queue:
+            index, mine, _ = queue.popleft()
+            job = jobs[index]
+            done.append((index, pipe, mine, job.unanswered(len(mine))))
+            if job.absent is not None:
+                lost.add(node)
+
+    # -- epochs and guards (memcache/trust.py) -------------------------------------------------
+
+    def _usable(self, node: str) -> bytes | None:
+        """``node``'s key suffix under a lease, taking one if needed; None: unavailable."""
+        trust = self._trust
+        suffix = trust.epoch(node)
+        if suffix is not None or trust.is_down(node):
+            return suffix
+        if trust.was_down(node) and not self._probe(node):
+            return None
+        if not trust.guarded:
+            return b""
+        taken = trust.clock()
+        copies = self._guard_copies(node)
+        if not copies:
+            return None
+        epoch = trust.agreed([item.value if item else None for item in copies.values()])
+        if epoch is None:
+            epoch = self._repaired(node, copies) or self._fresh_epoch(node, copies)
+            if epoch is None:
+                return None
+        trust.lease(node, epoch, taken)
+        return trust.epoch(node)
+
+    def _probe(self, node: str) -> bool:
+        """Whether ``node`` answers now (``mn``, the meta no-op); a server stopped with SIGSTOP
+        accepts the connection and times out here."""
+        pipe = self._pipes[node]
+        try:
+            pipe.send(b"mn\r\n")
+            if pipe.receive(1) != b"MN\r\n":
+                pipe.close()
+                raise CacheUnavailable(f"memcached {node}: no answer to mn")
+        except CacheUnavailable:
+            self._trust.mark_down(node)
+            return False
+        self._trust.mark_up(node)
+        return True
+
+    def _on_guard(self, guard: str, job: _Job) -> Any | None:
+        """One job's replies from one guard, its keys sent as they are (no epoch); None if the
+        guard does not answer (it is then down)."""
+        if self._trust.is_down(guard):
+            return None
+        pipe = self._pipes[guard]
+        try:
+            pipe.send(job.build(job.keys, *job.columns))
+            if job.values:
+                return pipe.receive_values(len(job.keys))
+            return pipe.outcomes(pipe.receive(len(job.keys)), len(job.keys))
+        except CacheUnavailable:
+            pipe.close()
+            self._trust.mark_down(guard)
+            return None
+
+    def _guard_copies(self, node: str) -> dict[str, Item | None]:
+        """What each answering guard of ``node`` holds of its epoch."""
+        job = _Job(meta_get_pipeline, [epoch_key(node)], values=True)
+        copies: dict[str, Item | None] = {}
+        for guard in self._trust.guards(node):
+            replies = self._on_guard(guard, job)
+            if replies is not None:
+                copies[guard] = replies[0]
+        return copies
+
+    def _write_guards(self, node: str, writes: Mapping[str, _Job]) -> bool:
+        """Each guard's write of ``node``'s epoch; whether every one was stored."""
+        stored = True
+        for guard, job in writes.items():
+            outcomes = self._on_guard(guard, job)
+            stored = stored and outcomes is not None and outcomes[0] is Outcome.STORED
+        return stored
+
+    def _set_on(self, key: bytes, value: bytes, item: Item | None) -> _Job:
+        """A write of ``value`` where ``item`` was read: CAS against it, or ADD where absent."""
+        if item is None:
+            return _Job(_add_one, [key], ([value],), absent=b"STORED\r\n")
+        return _Job(cas_pipeline, [key], ([value], [item.cas], [0]), absent=b"NOT_FOUND\r\n")
+
+    def _repaired(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
+        """A guard that lost its copy (restarted) while another holds a valid epoch gets that
+        epoch back (ADD: a revocation written meanwhile wins); the epoch, or None."""
+        held = [item.value for item in copies.values() if item is not None]
+        missing = [guard for guard, item in copies.items() if item is None]
+        epoch = self._trust.agreed(held) if held else None
+        if epoch is None or not missing:
+            return None
+        key = epoch_key(node)
+        adds = {guard: self._set_on(key, epoch, None) for guard in missing}
+        return epoch if self._write_guards(node, adds) else None
+
+    def _fresh_epoch(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
+        """A new epoch for ``node`` if it answers: written by CAS (or ADD) on every guard that
+        answered, so a revocation written since the copies were read wins."""
+        if not self._probe(node):
+            return None
+        epoch = self._trust.new_epoch()
+        key = epoch_key(node)
+        writes = {guard: self._set_on(key, epoch, item) for guard, item in copies.items()}
+        return epoch if self._write_guards(node, writes) else None
+
+    def _revoke(self, node: str) -> None:
+        """``node`` missed writes: its epoch is revoked on every guard that answers (unless they
+        already hold a revocation), and this returns once every lease taken before the
+        revocation has run out. ``CacheUnavailable`` when no guard answers: then nothing
+        records that its items are stale, and the caller must not go on."""
+        trust = self._trust
+        copies = self._guard_copies(node) if trust.guarded else {}
+        values = [item.value if item else None for item in copies.values()]
+        if copies and not all(v is not None and v.startswith(b"revoked") for v in values):
+            value = trust.revocation()
+            job = _Job(_set_one, [epoch_key(node)], ([value],), absent=b"STORED\r\n")
+            for guard in copies:
+                self._write_guards(node, {guard: job})
+            copies = self._guard_copies(node)
+            values = [item.value if item else None for item in copies.values()]
+        if not copies:
+            raise CacheUnavailable(f"memcached {node}: missed writes, and no guard answers")
+        until = trust.revoked(node, tuple(values), trust.clock())
+        self.wait(until - trust.clock())
 
     def _call(self, server: str, method: str, *args: Any) -> Any:
         client = self._clients[server]
@@ -192,7 +407,8 @@ class MemcacheCluster:
     def wait(self, seconds: float) -> None:
         """Before asking again for items someone else is writing (a list being built). A
         client that must not block (graph/timelines/warm_reads.py) refuses instead."""
-        time.sleep(seconds)
+        if seconds > 0:
+            time.sleep(seconds)
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
         """Items with their CAS ids and time to live (for reads that may turn into a compaction
@@ -218,7 +434,8 @@ class MemcacheCluster:
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
             return store_pipeline(command, keys, data, expire)
 
-        return self._outcomes(_Job(build, list(values), (list(values.values()),)))
+        absent = b"NOT_STORED\r\n" if command == b"append" else b"STORED\r\n"
+        return self._outcomes(_Job(build, list(values), (list(values.values()),), absent=absent))
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
         """STORED where the key was created; NOT_STORED where it already existed."""
@@ -240,7 +457,8 @@ class MemcacheCluster:
         def building(value: bytes) -> Callable[[list[bytes]], bytes]:
             return lambda mine: same_value_pipeline(b"append", mine, value)
 
-        jobs = [_Job(building(value), keys) for value, keys in groups]
+        absent = b"NOT_STORED\r\n"
+        jobs = [_Job(building(value), keys, absent=absent) for value, keys in groups]
         refused: list[tuple[int, bytes, Outcome]] = []
         for index, pipe, mine, replies in self._pipelined(jobs):
             outcomes = pipe.outcomes(replies, len(mine))
@@ -259,7 +477,7 @@ class MemcacheCluster:
         expires = [expire] * len(keys) if isinstance(expire, int) else [expire[k] for k in keys]
         pairs = list(values.values())
         columns = ([v for v, _ in pairs], _cas_ids([c for _, c in pairs]), expires)
-        return self._outcomes(_Job(cas_pipeline, keys, columns))
+        return self._outcomes(_Job(cas_pipeline, keys, columns, absent=b"NOT_FOUND\r\n"))
 
     def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome:
         return self.cas_many({key: (value, cas_id)}, expire)[key]
@@ -271,36 +489,40 @@ class MemcacheCluster:
         def build(keys: list[bytes], ids: list[bytes]) -> bytes:
             return line_pipeline(b"md", keys, [b" C" + c for c in ids])
 
-        return self._outcomes(_Job(build, list(items), (_cas_ids(list(items.values())),)))
+        ids = (_cas_ids(list(items.values())),)
+        return self._outcomes(_Job(build, list(items), ids, absent=b"NF\r\n"))
 
-    def _lines(self, command: bytes, args: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+    def _lines(
+        self, command: bytes, args: Mapping[bytes, bytes], absent: bytes | None
+    ) -> dict[bytes, bytes]:
+        """``absent``: as in ``_Job`` (None for a read)."""
+
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
             return line_pipeline(command, keys, data)
 
+        job = _Job(build, list(args), (list(args.values()),), absent=absent)
         replies: dict[bytes, bytes] = {}
-        for _, pipe, keys, raw in self._pipelined(
-            [_Job(build, list(args), (list(args.values()),))]
-        ):
+        for _, pipe, keys, raw in self._pipelined([job]):
             replies.update(zip(keys, pipe.reply_lines(raw), strict=True))
         return replies
 
     def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:
         """New values, None where the counter does not exist."""
-        replies = self._lines(b"incr", {k: b" %d" % d for k, d in deltas.items()})
+        replies = self._lines(b"incr", {k: b" %d" % d for k, d in deltas.items()}, _GONE)
         return {k: None if v == b"NOT_FOUND" else int(v) for k, v in replies.items()}
 
     def decr_many(self, deltas: Mapping[bytes, int]) -> None:
         """Counters shrunk (memcached stops at 0); a missing one stays missing."""
-        self._lines(b"decr", {k: b" %d" % d for k, d in deltas.items()})
+        self._lines(b"decr", {k: b" %d" % d for k, d in deltas.items()}, _GONE)
 
     def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
         """Meta get without flags: a hit (HD) or a miss (EN), no value sent, and the item's
         expiry left alone (leases have one)."""
-        replies = self._lines(b"mg", dict.fromkeys(keys, b""))
+        replies = self._lines(b"mg", dict.fromkeys(keys, b""), None)
         return {k: v == b"HD" for k, v in replies.items()}
 
     def delete_many(self, keys: Iterable[bytes]) -> None:
-        self._lines(b"delete", dict.fromkeys(keys, b""))
+        self._lines(b"delete", dict.fromkeys(keys, b""), _GONE)
 
     def versions(self) -> dict[str, str]:
         """Every server's version: a readiness probe that touches no key (``CacheUnavailable``

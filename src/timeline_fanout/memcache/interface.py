@@ -15,6 +15,11 @@ from timeline_fanout.memcache.wire import Item, Outcome
 
 
 class Cache(Protocol):
+    def available(self, keys: Sequence[bytes]) -> list[bool]:
+        """Per key, whether its server may be used now (memcache/trust.py); a read answers the
+        others from the edge store and writes nothing for them."""
+        ...
+
     def wait(self, seconds: float) -> None:
         """Before asking again for items someone else is writing (a list being built)."""
         ...

@@ -164,6 +164,11 @@ class ListStore(TokenLists):
             else:
                 indexes[ref] = idx
         shard_keys = {ref: self._shards_of(keys[ref], idx) for ref, idx in indexes.items()}
+        every = [k for ks in shard_keys.values() for k in ks]
+        usable = dict(zip(every, self.cache.available(every), strict=True))
+        for ref in [ref for ref, ks in shard_keys.items() if not all(map(usable.get, ks))]:
+            read.unavailable.append(ref)  # a shard's server is unavailable: not broken
+            del shard_keys[ref]
         shards = self.cache.gets_many([k for ks in shard_keys.values() for k in ks])
         for ref, ks in shard_keys.items():
             if any(k not in shards for k in ks):

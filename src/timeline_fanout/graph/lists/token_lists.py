@@ -18,6 +18,7 @@ import abc
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
@@ -47,13 +48,15 @@ T = TypeVar("T")
 @dataclass
 class ReadRound:
     """What one pass over the cache found: the members of every list it could read, the lists
-    absent (to build from the source), those another client is building (to wait for), and
-    those to read again (found broken and dropped)."""
+    absent (to build from the source), those another client is building (to wait for), those
+    to read again (found broken and dropped), and those with an item on a server that is
+    unavailable (to answer from the source, writing nothing)."""
 
     found: dict[ListRef, frozenset[str]] = field(default_factory=dict)
     absent: list[ListRef] = field(default_factory=list)
     building: list[ListRef] = field(default_factory=list)
     again: list[ListRef] = field(default_factory=list)
+    unavailable: list[ListRef] = field(default_factory=list)
 
 
 class MemberSource(Protocol):
@@ -93,6 +96,7 @@ class ListStats:
     retries: int = 0
     build_waits: int = 0  # rounds a reader waited for another client's rebuild
     store_reads: int = 0  # reads answered from the store (a build in progress for too long)
+    degraded_reads: int = 0  # lists answered from the store: a server of theirs is unavailable
     decodes: int = 0  # lists decoded from items another read brought (not found decoded)
 
 
@@ -176,14 +180,20 @@ class TokenLists(abc.ABC):
     def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
         """Every list in one pass per round (multi-GETs with CAS ids, so that a dirty list is
         compacted without another read); absent lists are built from the source. A list that
-        another client is building is waited for a little, then read from the store."""
+        another client is building is waited for a little, then read from the store. A list
+        with an item on an unavailable server (memcache/trust.py) is answered from the source
+        and nothing is written for it: exact, at the cost of a store read."""
         result: dict[ListRef, frozenset[str]] = {}
         todo = list(dict.fromkeys(refs))
         for attempt in range(BUILD_WAIT_ROUNDS + MAX_WRITE_ATTEMPTS):
             if not todo:
                 return result
+            usable = self.cache.available(self.index_keys(todo))
+            self._from_source([ref for ref, ok in zip(todo, usable, strict=True) if not ok], result)
+            todo = list(compress(todo, usable))
             read = self._read_round(todo)
             result.update(read.found)
+            self._from_source(read.unavailable, result)
             built = self.rebuild_many(read.absent)
             result.update({ref: members for ref, members in built.items() if members is not None})
             todo = [ref for ref, members in built.items() if members is None]
@@ -199,6 +209,12 @@ class TokenLists(abc.ABC):
             result[ref] = frozenset(self.source.snapshot(ref).members)
             self.stats.store_reads += 1
         return result
+
+    def _from_source(self, refs: Sequence[ListRef], result: dict[ListRef, frozenset[str]]) -> None:
+        """Lists whose server is unavailable, from the source, with nothing written."""
+        for ref in refs:
+            result[ref] = frozenset(self.source.snapshot(ref).members)
+        self.stats.degraded_reads += len(refs)
 
     def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
         """What the cache holds for each list that is cached and not being built; nothing is

@@ -40,7 +40,7 @@ from timeline_fanout.graph.timelines.author_pages import AuthorPage
 from timeline_fanout.graph.timelines.fetch import Remembered
 from timeline_fanout.graph.timelines.page_memo import PageKey, PageMemo
 from timeline_fanout.graph.timelines.reader import BadCursor, TimelinePage, TimelineReader
-from timeline_fanout.memcache import Item
+from timeline_fanout.memcache import CacheUnavailable, Item
 from timeline_fanout.memcache.async_cluster import AsyncMemcache
 
 # Multi-GETs a warm read may make after its batch: a list read for the first time (its shards,
@@ -74,6 +74,11 @@ class ReplayCache:
     def replay(self, record: list[tuple[list[bytes], dict[bytes, Item]]]) -> None:
         self._record = record
         self._next = 0
+
+    def available(self, keys: Sequence[bytes]) -> list[bool]:
+        """Every key: the record holds only multi-GETs of servers that were usable (the loop's
+        client refuses the others)."""
+        return [True] * len(keys)
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
         """The next recorded multi-GET's items, if it asked at least ``keys``: a run may ask
@@ -211,27 +216,32 @@ class OfflineStore:
 
 class WarmReads:
     """``reader``: built on ``replay`` and an ``OfflineStore``, sharing its ``ReadMemory`` with
-    the process's blocking readers; ``servers``: the same memcached; ``memo``: rendered pages
-    (graph/timelines/page_memo.py), or None."""
+    the process's blocking readers; ``cache``: the same memcached, sharing the blocking
+    clients' ``ServerTrust``; ``memo``: rendered pages (graph/timelines/page_memo.py), or None.
+
+    A read that meets a server that is down or has no lease (``CacheUnavailable``) is not warm:
+    the blocking read, which goes around such servers, answers it."""
 
     def __init__(
         self,
         reader: TimelineReader,
         replay: ReplayCache,
-        servers: Iterable[tuple[str, int]],
+        cache: AsyncMemcache,
         memo: PageMemo | None = None,
-        timeout: float = 2.0,
     ) -> None:
         self._reader = reader
         self._replay = replay
-        self._cache = AsyncMemcache(servers, timeout)
+        self._cache = cache
         self._memo = memo
 
     async def page(self, user: str, limit: int, cursor: str | None) -> TimelinePage | None:
         """The page ``TimelineReader.page`` would return, or None when the read is not warm.
         Raises ``BadCursor`` and ``CacheUnavailable`` as the blocking read does."""
         last = self._reader.fetcher.remembered(user)
-        batch = await self._cache.gets_many(self._reader.fetcher.batch_keys(user, last))
+        try:
+            batch = await self._cache.gets_many(self._reader.fetcher.batch_keys(user, last))
+        except CacheUnavailable:
+            return None
         page, _ = await self._walk(user, last, batch, limit, cursor)
         return page
 
@@ -251,7 +261,10 @@ class WarmReads:
         memo = self._memo
         kept = None if memo is None else memo.get(asked)
         hoped = kept.replies if kept is not None and kept.last == last else None
-        replies = await self._cache.gets_replies(fetcher.batch_keys(user, last), hoped)
+        try:
+            replies = await self._cache.gets_replies(fetcher.batch_keys(user, last), hoped)
+        except CacheUnavailable:
+            return None
         if replies.found is None:  # the kept page's replies (so there is one): its page
             return None if kept is None else kept.body
         page, trips = await self._walk(user, last, replies.found, limit, cursor)
@@ -296,7 +309,10 @@ class WarmReads:
                 if exc.asked is None or len(record) == ROUND_TRIPS:
                     break
                 # Sent after every earlier read completed, as the blocking read sends it.
-                record.append((exc.asked, await self._cache.gets_many(exc.asked)))
+                try:
+                    record.append((exc.asked, await self._cache.gets_many(exc.asked)))
+                except CacheUnavailable:
+                    break
             except BadCursor:
                 raise
             except (ValueError, IndexError):  # a corrupt member: the blocking read heals it
