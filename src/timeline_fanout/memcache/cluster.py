@@ -190,6 +190,14 @@ class MemcacheCluster:
     def server_for(self, key: bytes) -> str:
         return self._ring.nodes[self._ring.owners([key])[0]]
 
+    def missed(self, keys: Sequence[bytes]) -> None:
+        """A writer skipped ``keys`` because their server was unavailable (a read that decides
+        a write missed them): that server missed writes and is revoked, as if they had been
+        sent (``CacheUnavailable`` if nothing can record it)."""
+        for node in sorted({self._ring.nodes[o] for o in self._ring.owners(keys)}):
+            if self._usable(node) is None:
+                self._revoke(node)
+
     def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], Any]]:
         """Every job's commands, split by server, PIPELINE commands per write and WINDOW writes
         unanswered per server, all servers at once: while one server's replies are read, the

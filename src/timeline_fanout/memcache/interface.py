@@ -20,6 +20,12 @@ class Cache(Protocol):
         others from the edge store and writes nothing for them."""
         ...
 
+    def missed(self, keys: Sequence[bytes]) -> None:
+        """A writer skipped ``keys`` because their server was unavailable: the server missed
+        writes and must never serve its items again (``CacheUnavailable`` if nothing can
+        record that)."""
+        ...
+
     def wait(self, seconds: float) -> None:
         """Before asking again for items someone else is writing (a list being built)."""
         ...

@@ -193,8 +193,13 @@ class TokenLists(abc.ABC):
             todo = list(compress(todo, usable))
             read = self._read_round(todo)
             result.update(read.found)
+            # A server that failed during the round made its lists absent: not to be built.
+            usable = self.cache.available(self.index_keys(read.absent))
             self._from_source(read.unavailable, result)
-            built = self.rebuild_many(read.absent)
+            self._from_source(
+                [r for r, ok in zip(read.absent, usable, strict=True) if not ok], result
+            )
+            built = self.rebuild_many(list(compress(read.absent, usable)))
             result.update({ref: members for ref, members in built.items() if members is not None})
             todo = [ref for ref, members in built.items() if members is None]
             todo += read.again + read.building
@@ -251,6 +256,11 @@ class TokenLists(abc.ABC):
         pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
         for wave in range(max(map(len, pieces.values()), default=0)):
             self._settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
+        # A list skipped because its server was unavailable was not absent: it missed this
+        # write, and its server must never serve it again (memcache/trust.py).
+        skipped = [keys[ref] for ref in self._skipped]
+        usable = self.cache.available(skipped)
+        self.cache.missed([key for key, ok in zip(skipped, usable, strict=True) if not ok])
         self._compact_written(self._sample(list(tokens)))
 
     @property

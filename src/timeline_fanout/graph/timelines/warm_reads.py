@@ -80,6 +80,9 @@ class ReplayCache:
         client refuses the others)."""
         return [True] * len(keys)
 
+    def missed(self, keys: Sequence[bytes]) -> NoReturn:
+        raise NotWarm("memcached")
+
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
         """The next recorded multi-GET's items, if it asked at least ``keys``: a run may ask
         a part of what the run before asked there, the posts whose texts the process learnt
