@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
 
 from tests.conftest import Refused
+from tests.memcache.own_servers import own_server, stop
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
-from timeline_fanout_devstack.ports import free_port, listens
-from timeline_fanout_devstack.stack import StackState, memcached_answers, memcached_binary
+from timeline_fanout_devstack.stack import StackState
 
 ITEM_LIMIT = 1024 * 1024  # memcached's default -I, which the test stack runs with
 TIMEOUT = 0.5  # the client's timeout where a server is made to hang
@@ -390,37 +388,8 @@ def test_a_refused_connection_is_unavailable(refused: Refused) -> None:
 @pytest.fixture
 def own_memcached() -> Iterator[tuple[subprocess.Popen[bytes], tuple[str, int]]]:
     """A memcached of this test's own, to stop and continue (never the fixture stack's)."""
-    port = free_port()
-    user = ["-u", "root"] if os.geteuid() == 0 else []
-    argv = [memcached_binary(), "-l", "127.0.0.1", "-p", str(port), "-U", "0", *user]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not (listens(proc.pid, port) and memcached_answers(f"127.0.0.1:{port}")):
-            assert time.monotonic() < deadline and proc.poll() is None, "memcached did not start"
-            time.sleep(0.05)
-        yield proc, ("127.0.0.1", port)
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait()
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGSTOP, returning once every thread of the process has stopped: the signal is
-    delivered asynchronously, and a memcached thread still running could answer a request
-    written after ``kill`` returned (a CI run on a loaded machine saw that happen)."""
-    proc.send_signal(signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while True:
-        states = []
-        for stat in Path(f"/proc/{proc.pid}/task").glob("*/stat"):
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                states.append(stat.read_text().rpartition(")")[2].split()[0])
-        if states and all(state in ("T", "t") for state in states):
-            return
-        assert time.monotonic() < deadline, f"memcached did not stop: thread states {states}"
-        time.sleep(0.01)
+    with own_server() as server:
+        yield server
 
 
 def test_a_stopped_server_fails_calls_and_a_call_after_the_retry_interval_reconnects(

@@ -283,6 +283,7 @@ class ListStore(TokenLists):
                 continue
             newest = shard_key(item.key, idx.gen, idx.shards[-1])
             located.append(_Located(item, idx, head, newest))
+        located = self._reachable(located, left)
 
         sizes = self.cache.incr_many({counter_key(at.shard): len(at.item.tokens) for at in located})
         plan = _Plan()
@@ -313,6 +314,24 @@ class ListStore(TokenLists):
         left.add(self._roll_over(plan.rollovers))
         self._drop(keys, left.broken)
         return left.again
+
+    def _reachable(self, located: list[_Located], left: _Retries) -> list[_Located]:
+        """The writes whose newest shard and its counter are on usable servers. The others'
+        lists are dropped (their heads, on a usable server, are deleted if unchanged: the next
+        reader rebuilds them from the store, this write included) and the write skipped; the
+        unusable servers are revoked, since they missed the write (memcache/trust.py)."""
+        keys = [k for at in located for k in (at.shard, counter_key(at.shard))]
+        usable = self.cache.available(keys)
+        pairs = zip(usable[::2], usable[1::2], strict=True)
+        ok = [a and b for a, b in pairs]
+        if all(ok):
+            return located
+        self.cache.missed([k for k, fine in zip(keys, usable, strict=True) if not fine])
+        for at, fine in zip(located, ok, strict=True):
+            if not fine:
+                left.broken[at.item.ref] = at.head
+                self._skip(at.item)
+        return [at for at, fine in zip(located, ok, strict=True) if fine]
 
     def _recount(self, uncounted: list[_Located]) -> _Retries:
         """Counter evicted: seed it from the shard's real length and go round again. A shard

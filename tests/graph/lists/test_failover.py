@@ -1,0 +1,150 @@
+"""One memcached server of three killed, restarted empty, hung (SIGSTOP) and resumed with the
+items it held: lists keep being written and read exact throughout, and a resumed server's
+stale items are never served, to the writer or to a reader that never saw it go away.
+
+Against real memcached processes of the test's own (docs/design/cache-failover.md)."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.memcache.own_servers import end, own_server, start, stop
+from timeline_fanout.graph import ListSettings, ListStore
+from timeline_fanout.graph.model.edges import EdgeChange
+from timeline_fanout.graph.model.keys import ListKind, ListRef
+from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+
+USERS = [f"u{i}" for i in range(24)]
+BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3, lease_s=0.3)
+Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
+
+
+@pytest.fixture
+def three() -> Iterator[list[Server]]:
+    with own_server() as a, own_server() as b, own_server() as c:
+        yield [a, b, c]
+
+
+def process(servers: list[Server], store: SqliteEdgeStore, namespace: str) -> ListStore:
+    """What one process of the product holds: a cluster with a trust of its own."""
+    addresses = [address for _, address in servers]
+    trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
+    cache = MemcacheCluster(addresses, trust=trust)
+    return ListStore(cache, store, ListSettings(namespace=namespace, compact_write_prob=0.2))
+
+
+class Graph:
+    """Random follows and unfollows, written as the graph consumer writes them: the store
+    first, then the lists' tokens."""
+
+    def __init__(self, store: SqliteEdgeStore, seed: int) -> None:
+        self.store = store
+        self.rng = random.Random(seed)
+        self.pos = 0
+
+    def write(self, lists: ListStore, events: int) -> None:
+        changes = []
+        for _ in range(events):
+            self.pos += 1
+            a, b = self.rng.sample(USERS, 2)
+            changes.append(EdgeChange(a, b, self.rng.random() < 0.7, self.pos))
+        applied = self.store.apply(changes)
+        tokens: dict[ListRef, list[tuple[bool, str, int]]] = {}
+        for c in applied:
+            tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append(
+                (c.active, c.follower, c.pos)
+            )
+            tokens.setdefault(ListRef(ListKind.FOLLOWING, c.follower), []).append(
+                (c.active, c.followee, c.pos)
+            )
+        lists.apply(tokens)
+
+
+def refs() -> list[ListRef]:
+    return [ListRef(kind, u) for u in USERS for kind in (ListKind.FOLLOWERS, ListKind.FOLLOWING)]
+
+
+def wrong(lists: ListStore, store: SqliteEdgeStore) -> list[ListRef]:
+    read = lists.read_many(refs())
+    return [ref for ref in refs() if read[ref] != frozenset(store.all_members(ref))]
+
+
+def on(lists: ListStore, server: Server) -> list[ListRef]:
+    name = f"{server[1][0]}:{server[1][1]}"
+    return [r for r in refs() if lists.cache.server_for(lists.index_key(r)) == name]
+
+
+def test_lists_stay_exact_while_a_server_is_killed_and_restarted_empty(
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    graph = Graph(sqlite_store, 1)
+    writer = process(three, sqlite_store, unique)
+    graph.write(writer, 300)
+    assert wrong(writer, sqlite_store) == []  # every list cached
+    victim = three[0]
+    assert on(writer, victim), "the victim holds some lists"
+    victim[0].kill()
+    victim[0].wait()
+    graph.write(writer, 200)  # deliveries go on: nothing raises
+    assert wrong(writer, sqlite_store) == []
+    assert writer.stats.degraded_reads > 0
+    restarted = start(victim[1][1])
+    try:
+        graph.write(writer, 200)
+        assert wrong(writer, sqlite_store) == []
+        assert wrong(process(three, sqlite_store, unique), sqlite_store) == []
+    finally:
+        end(restarted)
+
+
+def test_a_hung_server_resumed_with_stale_items_never_serves_them(
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    graph = Graph(sqlite_store, 2)
+    writer = process(three, sqlite_store, unique)
+    bystander = process(three, sqlite_store, unique)  # reads, never writes
+    graph.write(writer, 300)
+    assert wrong(writer, sqlite_store) == []
+    assert wrong(bystander, sqlite_store) == []  # holds leases on every server
+    victim = three[1]
+    stop(victim[0])
+    try:
+        graph.write(writer, 300)  # the victim's lists miss these writes
+        assert wrong(writer, sqlite_store) == []
+    finally:
+        victim[0].send_signal(signal.SIGCONT)
+    # The victim answers again with every item it held. Neither the writer, nor the reader
+    # that never saw it go away, nor a process started now, may read them.
+    for reader in (writer, bystander, process(three, sqlite_store, unique)):
+        assert wrong(reader, sqlite_store) == []
+    graph.write(writer, 200)
+    assert wrong(writer, sqlite_store) == []
+    assert wrong(bystander, sqlite_store) == []
+
+
+def test_a_server_killed_while_stopped_and_back_empty_serves_only_new_items(
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """A guard lost with its copies of the epochs it kept (restarted empty) makes nothing
+    stale usable: a copy is repaired only from another guard's valid one."""
+    graph = Graph(sqlite_store, 3)
+    writer = process(three, sqlite_store, unique)
+    graph.write(writer, 300)
+    victim = three[2]
+    stop(victim[0])
+    graph.write(writer, 100)
+    end(victim[0])
+    restarted = start(victim[1][1])
+    try:
+        graph.write(writer, 100)
+        for reader in (writer, process(three, sqlite_store, unique)):
+            assert wrong(reader, sqlite_store) == []
+    finally:
+        end(restarted)
