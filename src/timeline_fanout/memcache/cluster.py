@@ -29,7 +29,7 @@ import mmh3
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
+from timeline_fanout.memcache.trust import REVOKED, ServerTrust, TrustSettings, epoch_key
 from timeline_fanout.memcache.wire import (
     NOT_READ,
     CacheUnavailable,
@@ -53,6 +53,7 @@ PIPELINE = 2000
 WINDOW = 2
 T = TypeVar("T")
 _GONE = b"NOT_FOUND\r\n"
+_STORED_LINE = b"STORED\r\n"
 
 
 def _add_one(keys: list[bytes], values: list[bytes]) -> bytes:
@@ -359,7 +360,7 @@ class MemcacheCluster:
     def _set_on(self, key: bytes, value: bytes, item: Item | None) -> _Job:
         """A write of ``value`` where ``item`` was read: CAS against it, or ADD where absent."""
         if item is None:
-            return _Job(_add_one, [key], ([value],), absent=b"STORED\r\n")
+            return _Job(_add_one, [key], ([value],), absent=_STORED_LINE)
         return _Job(cas_pipeline, [key], ([value], [item.cas], [0]), absent=b"NOT_FOUND\r\n")
 
     def _repaired(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
@@ -375,14 +376,31 @@ class MemcacheCluster:
         return epoch if self._write_guards(node, adds) else None
 
     def _fresh_epoch(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
-        """A new epoch for ``node`` if it answers: written by CAS (or ADD) on every guard that
-        answered, so a revocation written since the copies were read wins."""
-        if not self._probe(node):
+        """A new epoch for ``node``, only once a revocation has stood on its guards for a whole
+        lease: until then a process may still hold a lease on the old epoch and write into its
+        items, which a list built under the new one would never see. Guards that hold no
+        revocation (an epoch they disagree on, or none) are given one now, and the server stays
+        unavailable meanwhile. The epoch is written by CAS (or ADD) on every guard that
+        answered, so a revocation written since the copies were read wins; the server must
+        answer a probe first."""
+        trust = self._trust
+        values = tuple(item.value if item else None for item in copies.values())
+        if not all(v is not None and v.startswith(REVOKED) for v in values):
+            self._write_revocation(node, copies)
             return None
-        epoch = self._trust.new_epoch()
+        if trust.clock() < trust.revoked(node, values, trust.clock()) or not self._probe(node):
+            return None
+        epoch = trust.new_epoch()
         key = epoch_key(node)
         writes = {guard: self._set_on(key, epoch, item) for guard, item in copies.items()}
         return epoch if self._write_guards(node, writes) else None
+
+    def _write_revocation(self, node: str, guards: Iterable[str]) -> dict[str, Item | None]:
+        """A fresh revocation of ``node``'s epoch on ``guards``; what they hold after it."""
+        job = _Job(_set_one, [epoch_key(node)], ([self._trust.revocation()],), absent=_STORED_LINE)
+        for guard in guards:
+            self._write_guards(node, {guard: job})
+        return self._guard_copies(node)
 
     def _revoke(self, node: str) -> None:
         """``node`` missed writes: its epoch is revoked on every guard that answers (unless they
@@ -392,12 +410,8 @@ class MemcacheCluster:
         trust = self._trust
         copies = self._guard_copies(node) if trust.guarded else {}
         values = [item.value if item else None for item in copies.values()]
-        if copies and not all(v is not None and v.startswith(b"revoked") for v in values):
-            value = trust.revocation()
-            job = _Job(_set_one, [epoch_key(node)], ([value],), absent=b"STORED\r\n")
-            for guard in copies:
-                self._write_guards(node, {guard: job})
-            copies = self._guard_copies(node)
+        if copies and not all(v is not None and v.startswith(REVOKED) for v in values):
+            copies = self._write_revocation(node, copies)
             values = [item.value if item else None for item in copies.values()]
         if not copies:
             raise CacheUnavailable(f"memcached {node}: missed writes, and no guard answers")
@@ -442,7 +456,7 @@ class MemcacheCluster:
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
             return store_pipeline(command, keys, data, expire)
 
-        absent = b"NOT_STORED\r\n" if command == b"append" else b"STORED\r\n"
+        absent = b"NOT_STORED\r\n" if command == b"append" else _STORED_LINE
         return self._outcomes(_Job(build, list(values), (list(values.values()),), absent=absent))
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
