@@ -4,8 +4,12 @@ dispatch; the work lives in the packages."""
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+
+from confluent_kafka import KafkaException
+from pymongo.errors import PyMongoError
 
 from timeline_fanout.cli import logs
 from timeline_fanout.cli.cli_help import DESCRIPTION, EPILOG, dash_id_hint
@@ -13,6 +17,7 @@ from timeline_fanout.cli.commands import COMMANDS
 from timeline_fanout.cli.commands.base import err_console
 from timeline_fanout.cli.recorded_settings import load_settings
 from timeline_fanout.cli.settings import Settings
+from timeline_fanout.memcache import CacheUnavailable
 from timeline_fanout_devstack.stack import StackError
 
 
@@ -46,6 +51,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StackError as exc:
         err_console.print(f"[red]stack:[/red] {exc}")
         return 2
+    except Exception as exc:
+        service = unavailable_service(exc)
+        if service is None:
+            raise
+        err_console.print(f"[red]{service} unavailable:[/red] {exc}", highlight=False)
+        return SERVICE_UNAVAILABLE
+
+
+# A command that could not reach memcached, the edge store or the broker: said in one line.
+SERVICE_UNAVAILABLE = 6
+
+
+def unavailable_service(exc: BaseException) -> str | None:
+    """Which service ``exc`` says is unreachable (or broken), or None for anything else (a bug
+    of ours: its traceback is wanted)."""
+    if isinstance(exc, CacheUnavailable):
+        return "cache"
+    if isinstance(exc, sqlite3.Error | PyMongoError):
+        return "edge store"
+    if isinstance(exc, KafkaException):
+        return "broker"
+    return None
 
 
 if __name__ == "__main__":
