@@ -552,8 +552,27 @@ class MemcacheCluster:
         return {s: self._call(s, "version").decode("ascii", "replace") for s in self._clients}
 
     def flush_all(self) -> None:
+        """Every item of every server gone, the epochs' copies with them; returns once each
+        server has a fresh epoch again (after the revocation's lease period: memcache/trust.py),
+        so that what this client writes next is kept."""
         for server in self._clients:
             self._call(server, "flush_all", 0, False)
+        for server in self._clients:
+            self._trust.drop_lease(server)
+        self.settle()
+
+    def settle(self) -> None:
+        """Returns once every server is usable (up, with an epoch under a lease), which takes
+        a lease period after a flush or a first start; ``CacheUnavailable`` if one is still
+        not after a few of them."""
+        bounds = self._trust.settings
+        deadline = self._trust.clock() + 3 * bounds.lease_s + 2 * bounds.timeout_s
+        while (waiting := [s for s in self._clients if self._usable(s) is None]) and (
+            self._trust.clock() < deadline
+        ):
+            self.wait(bounds.lease_s / 10)
+        if waiting:
+            raise CacheUnavailable(f"memcached {waiting[0]}: not usable after a flush")
 
     def close(self) -> None:
         for client in self._clients.values():

@@ -140,11 +140,14 @@ def test_every_body_item_expires_within_heal_s(
     store.close()
 
 
+READER = "reader"  # whose copy of the deletion mark the reads here ask
+
+
 def marked(cache: MemcacheCluster, bodies: PostBodies) -> dict[bytes, Item]:
     """A read's first multi-GET as far as bodies care: the deletion mark, put if missing."""
-    bodies.keep_mark({})
-    found = cache.gets_many([bodies.mark_key])
-    assert bodies.mark_key in found
+    bodies.keep_mark(READER, {})
+    found = cache.gets_many([bodies.mark_key(READER)])
+    assert bodies.mark_key(READER) in found
     return found
 
 
@@ -160,8 +163,8 @@ def test_a_text_read_under_a_mark_is_answered_without_its_item_while_the_mark_st
     cache.set_many(dict.fromkeys(bodies.keys(["ann!p1"]), b"tother"))
     assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "text"}  # the mark stands
     assert bodies.read(["ann!p1"], {}).texts == {"ann!p1": "other"}  # no mark: the item
-    cache.set_many({bodies.mark_key: b"another"})
-    changed = cache.gets_many([bodies.mark_key])
+    cache.set_many({bodies.mark_key(READER): b"another"})
+    changed = cache.gets_many([bodies.mark_key(READER)])
     assert bodies.read(["ann!p1"], changed).texts == {"ann!p1": "other"}
 
 
@@ -173,7 +176,7 @@ def test_a_text_remembered_before_a_deletion_is_never_answered_after_it(
     assert bodies.read(["ann!p1"], marked(cache, bodies)).texts == {"ann!p1": "text"}
     delete(store, bodies, P)
     assert bodies.read(["ann!p1"], marked(cache, bodies)).gone == {"ann!p1"}
-    cache.delete_many([bodies.mark_key])  # evicted: a fresh one is put, never the old value
+    cache.delete_many([bodies.mark_key(READER)])  # evicted: a fresh one is put, never the old value
     assert bodies.read(["ann!p1"], marked(cache, bodies)).gone == {"ann!p1"}
 
 
@@ -198,7 +201,7 @@ def test_a_body_read_in_the_marks_own_multi_get_is_not_remembered(
     _, bodies = raced
     bodies.store([PostRecord("ann", "p1", 5, "text")])
     mark = marked(cache, bodies)
-    together = cache.gets_many([bodies.mark_key, *bodies.keys(["ann!p1"])])
+    together = cache.gets_many([bodies.mark_key(READER), *bodies.keys(["ann!p1"])])
     assert bodies.read(["ann!p1"], together).texts == {"ann!p1": "text"}
     cache.set_many(dict.fromkeys(bodies.keys(["ann!p1"]), b"tother"))
     assert bodies.read(["ann!p1"], mark).texts == {"ann!p1": "other"}

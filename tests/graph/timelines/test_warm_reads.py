@@ -351,7 +351,7 @@ def test_an_evicted_deletion_mark_keeps_nothing_until_a_blocking_read_puts_a_fre
     read that finds no mark is not warm, so an absent mark can never match a page kept
     without one."""
     warmed(pair)
-    mark = pair.blocking.bodies.mark_key
+    mark = pair.blocking.bodies.mark_key("me")
     kept = pair.rendered("me")
     assert kept is not None and b"'p1'" in kept and mark in cache.gets_many([mark])
     pair.delete("b", "p1")

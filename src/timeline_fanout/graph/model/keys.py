@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import enum
 import re
+import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from timeline_fanout.schemas import all_valid_ids, is_valid_id
 
 SEP = b"|"
+# Copies of the deletion mark: enough that each is read by a small share of the pages and
+# spread over the servers; few enough that a deletion sets them all in one pipelined write.
+DELETION_MARK_COPIES = 16
 CELEBRITY_POSTS = "cp"
 AUTHOR_POSTS = "ap"
 COUNTS = "ct"
@@ -82,10 +86,18 @@ class KeySpace:
         prefix = f"{self.namespace}|{code}|"
         return (prefix + (" " + prefix).join(users)).encode("ascii").split(b" ")
 
-    def deletions_key(self) -> bytes:
-        """``{ns}|deletions``: a fresh value after every deletion of a post
-        (graph/timelines/post_bodies.py, the page memo's guard)."""
-        return f"{self.namespace}|deletions".encode("ascii")
+    def deletions_key(self, reader: str) -> bytes:
+        """The copy of the deletion mark ``reader``'s pages ask: ``{ns}|deletions|{n}``, one of
+        ``DELETION_MARK_COPIES`` (by a hash of the reader), each set to a fresh value after
+        every deletion of a post (graph/timelines/post_bodies.py, the page memo's guard). No
+        key is on every read, and a server lost takes only its copies' readers' memo."""
+        return self.deletion_keys()[zlib.crc32(reader.encode("ascii")) % DELETION_MARK_COPIES]
+
+    def deletion_keys(self) -> list[bytes]:
+        """Every copy of the deletion mark."""
+        return [
+            f"{self.namespace}|deletions|{n}".encode("ascii") for n in range(DELETION_MARK_COPIES)
+        ]
 
     def celebrities_key(self) -> bytes:
         """``{ns}|celebrities``: the set of celebrities (one part after the namespace, so it

@@ -147,7 +147,7 @@ class TimelineFetch:
             self._lists.index_key(ListRef(ListKind.FOLLOWING, user)),
             self._timelines.index_key(ListRef(ListKind.TIMELINE, user)),
             self._celebrity_posts.set_key,
-            self._timelines.keys.deletions_key(),
+            self._timelines.keys.deletions_key(user),
         ]
 
     def _remember(self, user: str, head: bytes, celebrities: list[str]) -> Remembered:

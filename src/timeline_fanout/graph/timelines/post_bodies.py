@@ -24,8 +24,10 @@ hides it all the same. Nothing depends on the order of deliveries, fills and del
 
 **The deletion mark, for pages kept rendered.** The page memo (graph/timelines/page_memo.py)
 serves a rendered page again when its first multi-GET's replies are the same bytes, without
-reading bodies. So every first multi-GET asks ``{ns}|deletions`` too, and every deletion SETs
-it to a fresh random value after its bodies' ``x`` (``delete``). A page rendered from a body
+reading bodies. So every first multi-GET asks the reader's copy of the mark too
+(``{ns}|deletions|{n}``, one of 16 by a hash of the reader: no key is on every read), and
+every deletion SETs every copy to a fresh random value after its bodies' ``x`` (``delete``);
+the argument below holds copy by copy. A page rendered from a body
 read before the ``x`` had its first multi-GET before that, hence before the mark's SET: its
 replies hold an older mark, and no later read finds that value again (values are never
 reused; an evicted mark is absent, then ADDed fresh by the next blocking read, ``keep_mark``,
@@ -151,10 +153,23 @@ class PostBodies:
     def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, heal_s: int) -> None:
         self._cache = cache
         self._store = store
-        self.mark_key = keys.deletions_key()
+        self._keys = keys
+        self._mark_keys = keys.deletion_keys()
         self._prefix = f"{keys.namespace}|{CODE}|"
         self._key_prefix = self._prefix.encode("ascii")
         self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
+
+    def mark_key(self, reader: str) -> bytes:
+        """The copy of the deletion mark ``reader``'s first multi-GET asks."""
+        return self._keys.deletions_key(reader)
+
+    def _mark(self, found: Mapping[bytes, Item]) -> Item | None:
+        """The deletion mark's copy among a first multi-GET's items (it asks one)."""
+        for key in self._mark_keys:
+            item = found.get(key)
+            if item is not None:
+                return item
+        return None
 
     def holds(self, key: bytes) -> bool:
         """Whether ``key`` is a post body's."""
@@ -176,7 +191,7 @@ class PostBodies:
         docstring)."""
         bodies = Bodies()
         unread: dict[bytes, str] = {}
-        mark = found.get(self.mark_key)
+        mark = self._mark(found)
         known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (_KNOWN, mark.value)
         now = time.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
@@ -266,17 +281,20 @@ class PostBodies:
             return
         keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
         outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED), self._expire)
-        outcomes.update(self._cache.set_many({self.mark_key: _fresh_mark()}, self._expire))
-        failed = [k for k in [*keys, self.mark_key] if outcomes.get(k) is not Outcome.STORED]
+        marks = {key: _fresh_mark() for key in self._mark_keys}
+        outcomes.update(self._cache.set_many(marks, self._expire))
+        failed = [k for k in [*keys, *marks] if outcomes.get(k) is not Outcome.STORED]
         if failed:
             raise BodyWriteError(f"{len(failed)} deletion items not written: {failed[0]!r}")
 
-    def keep_mark(self, found: Mapping[bytes, Item]) -> None:
-        """A read whose first multi-GET (``found``) did not find the deletion mark puts a fresh
-        one (evicted, expired, a restarted server, or no deletion yet): a page is kept by the
-        page memo only with the mark in its replies (module docstring)."""
-        if self.mark_key not in found:
-            self._cache.add_many({self.mark_key: _fresh_mark()}, self._expire)
+    def keep_mark(self, reader: str, found: Mapping[bytes, Item]) -> None:
+        """A read whose first multi-GET (``found``) did not find ``reader``'s copy of the
+        deletion mark puts a fresh one (evicted, expired, a restarted server, or no deletion
+        yet): a page is kept by the page memo only with the mark in its replies (module
+        docstring)."""
+        key = self.mark_key(reader)
+        if key not in found:
+            self._cache.add_many({key: _fresh_mark()}, self._expire)
 
 
 _NOTHING_KNOWN: Mapping[bytes, tuple[bytes, float, str | None]] = {}

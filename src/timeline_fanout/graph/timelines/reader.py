@@ -166,7 +166,7 @@ class TimelineReader:
         A walk shorter than it asked ends the view, which is where the cap cuts: there the
         bodies of every post walked above it are read too, so that deleted posts are not
         counted towards the cap (the view is the newest ``cap`` posts that exist)."""
-        self.bodies.keep_mark(got.found)
+        self.bodies.keep_mark(user, got.found)
         gone: frozenset[str] = frozenset()
         ahead = 0
         while True:
