@@ -37,7 +37,7 @@ def run_with_metrics(
         [
             sys.executable,
             "-m",
-            "fanout",
+            "timeline_fanout",
             "--log-format",
             "json",
             "consume",

@@ -37,7 +37,7 @@ def test_a_replay_over_live_consumers_changes_nothing(
                     [
                         sys.executable,
                         "-m",
-                        "fanout",
+                        "timeline_fanout",
                         "replay",
                         "graph",
                         "--from-beginning",

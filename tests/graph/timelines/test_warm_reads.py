@@ -27,7 +27,7 @@ from timeline_fanout.graph.lists.fencing import index_marker, new_generation, ti
 from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
 from timeline_fanout.graph.timelines.warm_reads import WarmReads
-from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster
+from timeline_fanout.memcache.cluster import MemcacheCluster
 from timeline_fanout.schemas import PostDeleted
 
 
@@ -206,7 +206,7 @@ def test_a_forged_cursor_is_bad_cursor_as_in_the_blocking_read(pair: Pair) -> No
         pair.warm("me", 10, forged)
 
 
-def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blocking_read(
+def test_a_memcached_that_does_not_answer_leaves_the_read_to_the_blocking_one(
     settings: Settings, refused: Refused
 ) -> None:
     down = settings.model_copy(update={"memcached": str(refused)})
@@ -218,8 +218,7 @@ def test_a_memcached_that_does_not_answer_is_cache_unavailable_as_in_the_blockin
         finally:
             warm.close()
 
-    with pytest.raises(CacheUnavailable):
-        asyncio.run(read())
+    assert asyncio.run(read()) is None  # not warm: the blocking read goes around the server
 
 
 def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
