@@ -2,8 +2,9 @@
 
 Validation happens before anything is queued, so a bad event is an exception at the call site and
 never reaches the topic. Apps publish only app event types (follow, unfollow, post,
-post_deleted, user_removed); an internal type (a ``fanout_task``) is refused here, and the
-consumers publish theirs through ``InternalPublisher`` (producers/internal.py). Delivery is
+post_deleted, user_removed) unless given another admission policy (producers/admission.py): an
+internal type (a ``fanout_task``) is refused, and the consumers publish theirs through
+``InternalPublisher`` (producers/internal.py). Delivery is
 asynchronous; failures come back from ``flush()`` as a typed report instead of vanishing in a
 callback.
 
@@ -22,8 +23,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from timeline_fanout.producers.admission import APP_EVENTS, AdmissionPolicy
 from timeline_fanout.schemas import AnyEvent, Topics, encode_event, partition_key, validate_event
-from timeline_fanout.schemas.topics import APP_TYPES, admit
 
 JAVA_COMPATIBLE_PARTITIONER = "murmur2_random"  # random only for a null key, which we never send
 
@@ -63,6 +64,8 @@ class EventPublisher:
         bootstrap_servers: str,
         topics: Topics,
         extra_config: Mapping[str, Any] | None = None,
+        *,
+        admission: AdmissionPolicy = APP_EVENTS,
     ) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
@@ -75,6 +78,7 @@ class EventPublisher:
         config.update(extra_config or {})
         self._producer = Producer(config)
         self._topics = topics
+        self._admission = admission
         self._report = DeliveryReport()
         self._in_flight = 0
 
@@ -82,7 +86,7 @@ class EventPublisher:
         """Validate, add the envelope, and queue; ``tag`` comes back with a failure. Raises
         ``EventDecodeError`` for an invalid event or one of a type this publisher may not send."""
         parsed = event if not isinstance(event, Mapping) else validate_event(dict(event))
-        parsed = self._admit(parsed)
+        parsed = self._admission.admit(parsed)
         full = parsed.with_envelope()
         assert isinstance(full, type(parsed))
         event_id = full.event_id or ""
@@ -107,9 +111,6 @@ class EventPublisher:
         self._in_flight += 1
         self._producer.poll(0)
         return full
-
-    def _admit(self, event: AnyEvent) -> AnyEvent:
-        return admit(event, APP_TYPES, "apps")
 
     def check_brokers(self, timeout: float) -> int:
         """The number of brokers the cluster reports, read from a metadata request: a
