@@ -23,6 +23,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from timeline_fanout.kafka_log import logged
 from timeline_fanout.producers.admission import APP_EVENTS, AdmissionPolicy
 from timeline_fanout.schemas import AnyEvent, Topics, encode_event, partition_key, validate_event
 
@@ -76,7 +77,7 @@ class EventPublisher:
             "partitioner": JAVA_COMPATIBLE_PARTITIONER,
         }
         config.update(extra_config or {})
-        self._producer = Producer(config)
+        self._producer = Producer(logged(config))
         self._topics = topics
         self._admission = admission
         self._report = DeliveryReport()
