@@ -58,7 +58,22 @@ class PublishError(Exception):
 
 
 class EventPublisher:
-    """Idempotent producer: retries inside librdkafka never duplicate or reorder a partition."""
+    """Idempotent producer: retries inside librdkafka never duplicate or reorder a partition.
+
+    Args:
+        bootstrap_servers: Kafka's bootstrap list, ``host:port[,host:port...]``.
+        topics: The topic names events are published under.
+        extra_config: librdkafka settings added last (SASL, TLS; ``FANOUT_KAFKA_CONFIG``).
+        admission: Which event types ``publish`` accepts; ``APP_EVENTS`` refuses the
+            internal ``fanout_task``.
+
+    Example:
+        >>> with EventPublisher("127.0.0.1:9092", Topics()) as publisher:  # doctest: +SKIP
+        ...     publisher.publish({"type": "follow", "follower": "ann", "followee": "bob"})
+
+        Leaving the ``with`` block flushes, and raises ``PublishError`` if any event was not
+        acknowledged.
+    """
 
     def __init__(
         self,
@@ -84,8 +99,19 @@ class EventPublisher:
         self._in_flight = 0
 
     def publish(self, event: AnyEvent | Mapping[str, Any], tag: object = None) -> AnyEvent:
-        """Validate, add the envelope, and queue; ``tag`` comes back with a failure. Raises
-        ``EventDecodeError`` for an invalid event or one of a type this publisher may not send."""
+        """Validate, add the envelope, and queue: delivery is reported by ``flush``.
+
+        Args:
+            event: An event model, or a mapping ``validate_event`` takes.
+            tag: Anything; it comes back in the ``DeliveryFailure`` of this event, if it fails.
+
+        Returns:
+            The event as queued, with its envelope (``event_id``, ``ts``, ``v``).
+
+        Raises:
+            EventDecodeError: The event is invalid, or of a type this publisher's admission
+                policy refuses. Nothing is queued.
+        """
         parsed = event if not isinstance(event, Mapping) else validate_event(dict(event))
         parsed = self._admission.admit(parsed)
         full = parsed.with_envelope()
