@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from bench.report import Report
 from timeline_fanout.cli.settings import Settings
+from timeline_fanout.kafka_log import logged
 from timeline_fanout.producers import create_topics
 
 PARTITIONS = 6
@@ -113,7 +114,7 @@ def _until_settled(members: list[Member], deadline: float) -> float:
 
 
 def _group_session(settings: Settings, group: str) -> None:
-    admin = AdminClient({"bootstrap.servers": settings.kafka})
+    admin = AdminClient(logged({"bootstrap.servers": settings.kafka}))
     entries = [
         ConfigEntry(name, str(ms), incremental_operation=AlterConfigOpType.SET)
         for name, ms in (

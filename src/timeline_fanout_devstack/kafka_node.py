@@ -31,6 +31,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from timeline_fanout.kafka_log import logged
 from timeline_fanout_devstack.kafka_jars import classpath, fetch_jars
 from timeline_fanout_devstack.ports import free_port, listens
 
@@ -214,7 +215,7 @@ def await_group_coordinator(bootstrap: str, deadline: float) -> None:
     """Until a group coordinator answers: the first FindCoordinator of a fresh cluster creates
     the offsets topic, which takes seconds; a started stack has done it already, so no client's
     first group request waits for it."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fanout-stack-ready"})
+    consumer = Consumer(logged({"bootstrap.servers": bootstrap, "group.id": "fanout-stack-ready"}))
     try:
         while True:
             try:
@@ -232,7 +233,9 @@ def cluster_id_at(bootstrap: str, timeout: float = 1.0) -> str | None:
     host, _, port = bootstrap.rpartition(":")
     try:  # a plain connect first: librdkafka would log every refused connection
         socket.create_connection((host, int(port)), timeout=timeout).close()
-        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout)
+        metadata = AdminClient(logged({"bootstrap.servers": bootstrap})).list_topics(
+            timeout=timeout
+        )
     except Exception:
         return None
     found: str | None = metadata.cluster_id

@@ -27,6 +27,7 @@ from typing import Literal
 import orjson
 from confluent_kafka.admin import AdminClient
 
+from timeline_fanout.kafka_log import logged
 from timeline_fanout.producers import create_topics
 from timeline_fanout.schemas import Topics
 from timeline_fanout_devstack import kafka_node, mongo_server
@@ -138,7 +139,7 @@ def memcached_answers(address: str, timeout: float = 1.0) -> bool:
 
 def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
     try:
-        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout)
+        AdminClient(logged({"bootstrap.servers": bootstrap})).list_topics(timeout=timeout)
     except Exception:
         return False
     return True

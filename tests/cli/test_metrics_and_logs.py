@@ -1,18 +1,20 @@
 """`--metrics-port` serves the named metrics with sensible values; `--log-format json` logs one
-JSON line per batch."""
+JSON line per batch; librdkafka's own log comes through the CLI's logging, never raw."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import settings_env
+from tests.conftest import Refused, run_cli, settings_env
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph import ListKind, ListRef
@@ -122,3 +124,29 @@ def test_the_compactions_metric_counts_compactions(settings: Settings) -> None:
                 publisher.publish({"type": kind, "follower": f"f{i}", "followee": "star"})
     metrics, _ = run_with_metrics(churn, "graph", "fanout_events_applied_total", 80)
     assert metrics[("fanout_list_compactions_total", (("consumer", "graph"),))] >= 1
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_librdkafka_log_lines_reach_stderr_in_the_cli_log_format_never_raw(
+    settings: Settings, refused: Refused, log_format: str
+) -> None:
+    """A broker that refuses connections makes librdkafka log a FAIL line per attempt."""
+    result = run_cli(
+        settings,
+        "--log-format",
+        log_format,
+        "publish",
+        "follow",
+        "a",
+        "b",
+        env={"FANOUT_KAFKA": str(refused), "FANOUT_KAFKA_CONFIG": '{"message.timeout.ms": 2000}'},
+    )
+    stderr = result.stderr.decode()
+    assert result.returncode != 0, stderr
+    assert not re.search(r"^%\d\|", stderr, re.MULTILINE), stderr
+    if log_format == "json":
+        logged = [orjson.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        failures = [r for r in logged if r["logger"] == "librdkafka" and r["level"] == "ERROR"]
+        assert failures and all(str(refused) in r["msg"] for r in failures), stderr
+    else:
+        assert re.search(rf"ERROR librdkafka FAIL .*{re.escape(str(refused))}", stderr), stderr

@@ -10,8 +10,15 @@ import pytest
 from tests.conftest import Refused
 from tests.kafka_helpers import read_topic
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.producers import EventPublisher, InternalPublisher, PublishError, create_topics
+from timeline_fanout.producers import (
+    AdmitTypes,
+    EventPublisher,
+    InternalPublisher,
+    PublishError,
+    create_topics,
+)
 from timeline_fanout.schemas import EventDecodeError, PostDeleted, Topics, decode_event
+from timeline_fanout.schemas.topics import GRAPH_TYPES
 
 
 def test_published_events_read_back_with_envelope_and_keys(settings: Settings) -> None:
@@ -116,6 +123,16 @@ def test_the_internal_publisher_sends_tasks_and_nothing_else(settings: Settings)
         tasks.publish(FORGED_TASK)
     (message,) = read_topic(settings.kafka, settings.topics.fanout_tasks, 1)
     assert decode_event(message.value()).type == "fanout_task"
+
+
+def test_a_publisher_admits_only_the_types_its_policy_names(settings: Settings) -> None:
+    graph_only = AdmitTypes(GRAPH_TYPES, "graph writers")
+    with EventPublisher(settings.kafka, settings.topics, admission=graph_only) as publisher:
+        with pytest.raises(EventDecodeError, match="post events are not published by graph"):
+            publisher.publish({"type": "post", "author": "u1", "post_id": "p1"})
+        publisher.publish({"type": "follow", "follower": "u2", "followee": "u1"})
+    (message,) = read_topic(settings.kafka, settings.topics.graph, 1)
+    assert decode_event(message.value()).type == "follow"
 
 
 def test_check_brokers_answers_from_a_live_broker_and_raises_without_one(

@@ -44,8 +44,9 @@ Between requests the connection is uvicorn's: idle keep-alive connections close 
 ``timeout_keep_alive``. What a body may hold is the app's to bound (api/body.py).
 
 Built on uvicorn's own protocol class (``HttpToolsProtocol``), whose ``data_received`` this
-replaces with the same steps plus the bounds; tests/api/test_serve.py drives a real ``fanout
-serve`` through each limit.
+replaces with the same steps plus the bounds; the private steps are reached through
+api/uvicorn_private.py, the one place that names them. tests/api/test_serve.py drives a real
+``fanout serve`` through each limit.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from timeline_fanout.api.uvicorn_private import UvicornHttpTools
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,7 @@ STATUS_LINES = {
 }
 
 
-class BoundedHttpTools(HttpToolsProtocol):
+class BoundedHttpTools(UvicornHttpTools):
     def __init__(self, *args: Any, limits: HeadLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
@@ -127,7 +129,7 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._head_timer = self.loop.call_later(self.limits.timeout_s, self._head_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        self._unset_keepalive_if_required()
+        self.cancel_keep_alive()
         view = memoryview(data)
         for start in range(0, len(data), SLICE):
             if self._refusal is not None or self.transport.is_closing():
@@ -145,10 +147,7 @@ class BoundedHttpTools(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+            self.take_upgrade()
             return False
         except httptools.HttpParserError as exc:
             if isinstance(exc.__context__, ConnectionDropped):

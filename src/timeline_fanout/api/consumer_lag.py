@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from timeline_fanout.api.recent import Recent
+from timeline_fanout.kafka_log import logged
 
 # Answers about a leader this client does not know yet (or any more): asked again, not failed.
 # (``KafkaError.retriable()`` is not set on the errors ``get_watermark_offsets`` raises.)
@@ -89,12 +90,14 @@ class ConsumerLag:
         client = self._clients.get(group.group_id)
         if client is None:
             client = Consumer(
-                {
-                    **self._config,
-                    "bootstrap.servers": self._bootstrap,
-                    "group.id": group.group_id,
-                    "enable.auto.commit": False,  # it never joins the group nor commits
-                }
+                logged(
+                    {
+                        **self._config,
+                        "bootstrap.servers": self._bootstrap,
+                        "group.id": group.group_id,
+                        "enable.auto.commit": False,  # it never joins the group nor commits
+                    }
+                )
             )
             self._clients[group.group_id] = client
         return client

@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from timeline_fanout.consumers.positions import Rejected
+from timeline_fanout.kafka_log import logged
 
 # Messages up to the schema limit plus headroom; anything larger is truncated (and said so).
 DLQ_MAX_VALUE = 900 * 1024
@@ -29,12 +30,14 @@ class DeadLetters:
         self, bootstrap: str, topic: str, group: str, extra: Mapping[str, Any] | None = None
     ) -> None:
         self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                **(extra or {}),
-            }
+            logged(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    **(extra or {}),
+                }
+            )
         )
         self._topic = topic
         self._group = group

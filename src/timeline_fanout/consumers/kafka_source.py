@@ -37,6 +37,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from timeline_fanout.consumers.halts import PermanentFailure
+from timeline_fanout.kafka_log import logged
 
 log = logging.getLogger("fanout.consumer")
 
@@ -110,24 +111,26 @@ class KafkaSource:
         self._settle_s = session_timeout_ms / 1000 + 2
         self._started = time.monotonic()
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                # A broker that holds fetches for the full wait (the dev broker does) would add
-                # this much to every hop of a post (post, then its chunk tasks).
-                "fetch.wait.max.ms": 50,
-                "max.poll.interval.ms": max_poll_interval_ms,
-                "session.timeout.ms": session_timeout_ms,
-                # Eager: every rebalance revokes everything, then assigns the new set (possibly
-                # empty), so "between a revoke and the next assign" is a rebalance in progress.
-                "partition.assignment.strategy": "roundrobin",
-                # Static membership: a restarted process takes over its predecessor's place
-                # at once instead of waiting for the dead member's session to expire.
-                **({"group.instance.id": instance_id} if instance_id else {}),
-                **(extra or {}),
-            }
+            logged(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": group,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    # A broker that holds fetches for the full wait (the dev broker does) would add
+                    # this much to every hop of a post (post, then its chunk tasks).
+                    "fetch.wait.max.ms": 50,
+                    "max.poll.interval.ms": max_poll_interval_ms,
+                    "session.timeout.ms": session_timeout_ms,
+                    # Eager: every rebalance revokes everything, then assigns the new set (possibly
+                    # empty), so "between a revoke and the next assign" is a rebalance in progress.
+                    "partition.assignment.strategy": "roundrobin",
+                    # Static membership: a restarted process takes over its predecessor's place
+                    # at once instead of waiting for the dead member's session to expire.
+                    **({"group.instance.id": instance_id} if instance_id else {}),
+                    **(extra or {}),
+                }
+            )
         )
         self.assigned_at: float | None = None  # first assignment (joined the group)
         # When polls started finding nothing (None while messages keep arriving).

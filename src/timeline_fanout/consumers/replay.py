@@ -17,6 +17,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from timeline_fanout.kafka_log import logged
+
 READ_TIMEOUT_S = 5.0
 
 
@@ -52,14 +54,16 @@ class _Probe:
     def __init__(self, bootstrap: str, topic: str, extra: Mapping[str, Any] | None) -> None:
         self.topic = topic
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"fanout-probe-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                # The end of a partition is reported, not waited out for READ_TIMEOUT_S.
-                "enable.partition.eof": True,
-                **(extra or {}),
-            }
+            logged(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"fanout-probe-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    # The end of a partition is reported, not waited out for READ_TIMEOUT_S.
+                    "enable.partition.eof": True,
+                    **(extra or {}),
+                }
+            )
         )
 
     def partitions(self) -> list[int]:

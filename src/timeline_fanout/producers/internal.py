@@ -10,11 +10,22 @@ with WRITE on the task topic (docs/operations.md, Security).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from timeline_fanout.producers.admission import CONSUMER_TASKS
 from timeline_fanout.producers.publisher import EventPublisher
-from timeline_fanout.schemas import AnyEvent
-from timeline_fanout.schemas.topics import INTERNAL_TYPES, admit
+from timeline_fanout.schemas import Topics
 
 
 class InternalPublisher(EventPublisher):
-    def _admit(self, event: AnyEvent) -> AnyEvent:
-        return admit(event, INTERNAL_TYPES, "the consumers' task publisher")
+    """An ``EventPublisher`` whose admission is ``CONSUMER_TASKS``: the type the fan-out
+    applier asks for, so that it cannot be handed a publisher of app events."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topics: Topics,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(bootstrap_servers, topics, extra_config, admission=CONSUMER_TASKS)

@@ -2,8 +2,9 @@
 
 Validation happens before anything is queued, so a bad event is an exception at the call site and
 never reaches the topic. Apps publish only app event types (follow, unfollow, post,
-post_deleted, user_removed); an internal type (a ``fanout_task``) is refused here, and the
-consumers publish theirs through ``InternalPublisher`` (producers/internal.py). Delivery is
+post_deleted, user_removed) unless given another admission policy (producers/admission.py): an
+internal type (a ``fanout_task``) is refused, and the consumers publish theirs through
+``InternalPublisher`` (producers/internal.py). Delivery is
 asynchronous; failures come back from ``flush()`` as a typed report instead of vanishing in a
 callback.
 
@@ -22,8 +23,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from timeline_fanout.kafka_log import logged
+from timeline_fanout.producers.admission import APP_EVENTS, AdmissionPolicy
 from timeline_fanout.schemas import AnyEvent, Topics, encode_event, partition_key, validate_event
-from timeline_fanout.schemas.topics import APP_TYPES, admit
 
 JAVA_COMPATIBLE_PARTITIONER = "murmur2_random"  # random only for a null key, which we never send
 
@@ -56,13 +58,30 @@ class PublishError(Exception):
 
 
 class EventPublisher:
-    """Idempotent producer: retries inside librdkafka never duplicate or reorder a partition."""
+    """Idempotent producer: retries inside librdkafka never duplicate or reorder a partition.
+
+    Args:
+        bootstrap_servers: Kafka's bootstrap list, ``host:port[,host:port...]``.
+        topics: The topic names events are published under.
+        extra_config: librdkafka settings added last (SASL, TLS; ``FANOUT_KAFKA_CONFIG``).
+        admission: Which event types ``publish`` accepts; ``APP_EVENTS`` refuses the
+            internal ``fanout_task``.
+
+    Example:
+        >>> with EventPublisher("127.0.0.1:9092", Topics()) as publisher:  # doctest: +SKIP
+        ...     publisher.publish({"type": "follow", "follower": "ann", "followee": "bob"})
+
+        Leaving the ``with`` block flushes, and raises ``PublishError`` if any event was not
+        acknowledged.
+    """
 
     def __init__(
         self,
         bootstrap_servers: str,
         topics: Topics,
         extra_config: Mapping[str, Any] | None = None,
+        *,
+        admission: AdmissionPolicy = APP_EVENTS,
     ) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
@@ -73,16 +92,28 @@ class EventPublisher:
             "partitioner": JAVA_COMPATIBLE_PARTITIONER,
         }
         config.update(extra_config or {})
-        self._producer = Producer(config)
+        self._producer = Producer(logged(config))
         self._topics = topics
+        self._admission = admission
         self._report = DeliveryReport()
         self._in_flight = 0
 
     def publish(self, event: AnyEvent | Mapping[str, Any], tag: object = None) -> AnyEvent:
-        """Validate, add the envelope, and queue; ``tag`` comes back with a failure. Raises
-        ``EventDecodeError`` for an invalid event or one of a type this publisher may not send."""
+        """Validate, add the envelope, and queue: delivery is reported by ``flush``.
+
+        Args:
+            event: An event model, or a mapping ``validate_event`` takes.
+            tag: Anything; it comes back in the ``DeliveryFailure`` of this event, if it fails.
+
+        Returns:
+            The event as queued, with its envelope (``event_id``, ``ts``, ``v``).
+
+        Raises:
+            EventDecodeError: The event is invalid, or of a type this publisher's admission
+                policy refuses. Nothing is queued.
+        """
         parsed = event if not isinstance(event, Mapping) else validate_event(dict(event))
-        parsed = self._admit(parsed)
+        parsed = self._admission.admit(parsed)
         full = parsed.with_envelope()
         assert isinstance(full, type(parsed))
         event_id = full.event_id or ""
@@ -107,9 +138,6 @@ class EventPublisher:
         self._in_flight += 1
         self._producer.poll(0)
         return full
-
-    def _admit(self, event: AnyEvent) -> AnyEvent:
-        return admit(event, APP_TYPES, "apps")
 
     def check_brokers(self, timeout: float) -> int:
         """The number of brokers the cluster reports, read from a metadata request: a

@@ -13,6 +13,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
+from timeline_fanout.kafka_log import logged
+
 
 def create_topics(
     bootstrap_servers: str,
@@ -25,7 +27,7 @@ def create_topics(
     """Returns ``{topic: "created" | "exists"}`` once the leader of every partition serves it;
     any other failure raises. (Apache Kafka acknowledges a creation before its brokers serve the
     new partitions: a client asking at once is told NOT_LEADER_FOR_PARTITION.)"""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(extra_config or {})})
+    admin = AdminClient(logged({"bootstrap.servers": bootstrap_servers, **(extra_config or {})}))
     futures = admin.create_topics(
         [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in names],
         operation_timeout=timeout,

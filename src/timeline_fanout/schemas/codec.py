@@ -122,7 +122,27 @@ def decode_event(payload: bytes | str | None) -> AnyEvent:
 
 
 def validate_event(obj: Any) -> AnyEvent:
-    """Validate an already-parsed object (library callers that build dicts)."""
+    """Validate an already-parsed object: the entry point for library callers that build dicts.
+
+    The same rules as ``decode_event`` applies to wire messages (ids, sizes, unknown fields), so
+    whatever this accepts a consumer accepts too.
+
+    Args:
+        obj: A mapping with a ``type`` field (``follow``, ``unfollow``, ``post``,
+            ``post_deleted``, ``user_removed``, ``fanout_task``) and that type's fields.
+
+    Returns:
+        The event model of that type (``Follow``, ``Post``, ...), without envelope unless
+        ``obj`` carried one.
+
+    Raises:
+        EventDecodeError: ``obj`` breaks a rule; ``field`` names the field and ``reason`` why.
+
+    Example:
+        >>> event = validate_event({"type": "follow", "follower": "ann", "followee": "bob"})
+        >>> type(event).__name__, event.followee
+        ('Follow', 'bob')
+    """
     try:
         return _ADAPTER.validate_python(obj)
     except ValidationError as exc:

@@ -35,6 +35,23 @@ INTERNAL_TYPES: tuple[type[BaseModel], ...] = TASK_TYPES  # published by the con
 
 @dataclass(frozen=True, slots=True)
 class Topics:
+    """The four topic names under one prefix, and which topic each event goes to.
+
+    The prefix isolates deployments (and test runs) sharing one cluster: every name is
+    ``PREFIX.something``, so two prefixes never share a topic.
+
+    Attributes:
+        prefix: The first part of every name (``FANOUT_TOPIC_PREFIX``).
+
+    Example:
+        >>> topics = Topics("staging")
+        >>> topics.graph, topics.posts
+        ('staging.graph', 'staging.posts')
+        >>> from timeline_fanout.schemas import Post
+        >>> topics.for_event(Post(type="post", author="ann", post_id="p1"))
+        'staging.posts'
+    """
+
     prefix: str = "fanout"
 
     @property
@@ -63,6 +80,15 @@ class Topics:
     def for_event(
         self, event: Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask
     ) -> str:
+        """The topic ``event`` is published on: graph changes share one topic (ordered per
+        followee by their key), posts and deletions another, fan-out tasks their own.
+
+        Args:
+            event: A validated event.
+
+        Returns:
+            The topic's full name.
+        """
         if isinstance(event, Post | PostDeleted):
             return self.posts
         if isinstance(event, FanoutTask):

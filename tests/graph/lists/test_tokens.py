@@ -8,14 +8,18 @@ from hypothesis import strategies as st
 
 from timeline_fanout.graph.lists.tokens import (
     CorruptList,
+    CorruptMember,
+    Token,
     UnsafeMember,
     _winners,
     compact_shards,
     decode,
     encode,
     encode_members,
+    parse_token,
     token,
 )
+from timeline_fanout.graph.timelines.entries import TimelineEntry
 
 Op = tuple[bool, str, int]
 
@@ -245,3 +249,15 @@ def test_bulk_member_encoding_is_encode_of_additions_with_the_same_guard(
         assert encode_members(names) == expected[0]
         assert encode_members(names, at) == expected[1]
         assert decode([expected[1]]).members == set(names)
+
+
+@given(ops)
+def test_a_parsed_token_names_what_its_writer_encoded(changes: list[Op]) -> None:
+    parsed = [parse_token(tok) for tok in encode(changes).split()]
+    assert parsed == [Token(m.encode(), pos, add) for add, m, pos in changes]
+
+
+@pytest.mark.parametrize("member", ["1700000000000!a", "x!a!p1", "1700000000000!a!p!q"])
+def test_a_timeline_member_not_of_our_form_is_a_corrupt_member(member: str) -> None:
+    with pytest.raises(CorruptMember):
+        TimelineEntry.parse(member)

@@ -1,9 +1,9 @@
 """``POST /v1/events``: one event or a JSON array of up to 1000, for apps that cannot speak
-Kafka. Validation is the publisher's (``validate_event`` and the app-type admission of
-producers/publisher.py: a ``fanout_task`` is refused), applied to every event before any is
-sent, so a batch with one bad event publishes nothing. The 202 comes once the broker has
-acknowledged every event (the publisher's flush and delivery reports); a timeout or a
-refusal is a 503 naming the events that were not acknowledged, which a client retries with
+Kafka. Validation is the publisher's (``validate_event`` and its default admission,
+``APP_EVENTS`` of producers/admission.py: a ``fanout_task`` is refused), applied to every event
+before any is sent, so a batch with one bad event publishes nothing. The 202 comes once the
+broker has acknowledged every event (the publisher's flush and delivery reports); a timeout or
+a refusal is a 503 naming the events that were not acknowledged, which a client retries with
 the same body (give events your own ``event_id`` and ``ts`` to make a retry exact)."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from timeline_fanout.api.body import json_body
 from timeline_fanout.api.context import context
 from timeline_fanout.api.problems import FieldError, Problem, unavailable
 from timeline_fanout.api.routing import ApiRoute, dumps, json_response, problems, ref, responds
+from timeline_fanout.producers.admission import APP_EVENTS
 from timeline_fanout.schemas import AnyEvent, EventDecodeError, validate_event
 from timeline_fanout.schemas.events import EVENT_TYPES, Follow
-from timeline_fanout.schemas.topics import APP_TYPES, admit
 
 MAX_EVENTS = 1000
 # A problem names each broken field by its path; an unknown field's name is the client's own
@@ -59,7 +59,7 @@ def parse(body: bytes) -> list[AnyEvent]:
     errors: list[FieldError] = []
     for index, item in enumerate(items):
         try:
-            events.append(admit(validate_event(item), APP_TYPES, "apps"))
+            events.append(APP_EVENTS.admit(validate_event(item)))
         except EventDecodeError as exc:
             errors.append(FieldError(shown_field(exc.field), exc.reason, None if single else index))
     if errors:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from timeline_fanout.graph.lists.tokens import CorruptMember
 from timeline_fanout.graph.model.edges import PostRecord
 from timeline_fanout.schemas.ids import ID_ALPHABET, ID_MAX_LEN
 
@@ -45,8 +46,12 @@ class TimelineEntry(NamedTuple):
 
     @classmethod
     def parse(cls, member: str) -> TimelineEntry:
-        ts, author, post_id = member.split("!")
-        return cls(int(ts), author, post_id)
+        """Raises ``CorruptMember`` for a string no writer here makes (the read heals it)."""
+        try:
+            ts, author, post_id = member.split("!")
+            return cls(int(ts), author, post_id)
+        except ValueError:
+            raise CorruptMember(f"not a timeline member: {member[:60]!r}") from None
 
     @classmethod
     def of(cls, post: PostRecord) -> TimelineEntry:

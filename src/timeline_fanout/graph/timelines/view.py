@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import islice, repeat
 
-from timeline_fanout.graph.lists.tokens import CorruptList
+from timeline_fanout.graph.lists.tokens import CorruptMember
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 
 _tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code; this is one C call
@@ -58,8 +58,8 @@ def visible_page(
     for member in islice(reversed(ascending), len(ascending) - low):
         ts, _, post = member.partition("!")  # post: "{author}!{post_id}", one per post
         author, _, post_id = post.partition("!")
-        if not post_id:  # token-shaped, yet not a member of ours: bytes corrupted outside
-            raise CorruptList(f"not a timeline member: {member[:60]!r}")
+        if not post_id or not ts.isdigit():  # token-shaped, not a member of ours
+            raise CorruptMember(f"not a timeline member: {member[:60]!r}")
         if author not in following or post in seen or post in gone:
             continue
         seen.add(post)
