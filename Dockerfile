@@ -24,8 +24,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=wheels / /wheels/
 RUN python3 -m venv /opt/fanout \
     && /opt/fanout/bin/pip install --quiet --no-index --find-links /wheels timeline-fanout \
-    && /opt/fanout/bin/pip uninstall --quiet --yes pip \
-    && find /opt/fanout -name __pycache__ -prune -exec rm -rf {} +
+    && /opt/fanout/bin/pip uninstall --quiet --yes pip setuptools
 
 # 3. The runtime: the base, a non-root user and the virtual environment; no sources, no tools.
 FROM ${BASE_IMAGE}
@@ -40,6 +39,6 @@ USER fanout
 # A consumer (`consume ... --metrics-port P`) records the port it serves metrics on in
 # FANOUT_HOME; the check asks it for /metrics. The API's compose service checks /readyz instead.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=6 \
-    CMD ["python", "-m", "timeline_fanout.consumers.healthcheck"]
+    CMD ["python", "-m", "timeline_fanout.healthcheck"]
 ENTRYPOINT ["fanout"]
 CMD ["--help"]

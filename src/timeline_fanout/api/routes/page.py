@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from timeline_fanout.api.routing import ApiRoute, Endpoint
 
-STATIC = files("api") / "static"
+STATIC = files("timeline_fanout.api") / "static"
 # Only this origin's script, styles inline in the page, fetches to this origin: an injected
 # string could run nothing. No other site may frame the page (a token is pasted into it:
 # clickjacking), and no address leaves it in a Referer (the fragment names a user).

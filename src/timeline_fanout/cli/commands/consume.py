@@ -18,10 +18,10 @@ from types import FrameType
 
 from rich.console import Console
 
+from timeline_fanout import healthcheck
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.commands.base import Subcommands, err_console
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.consumers import healthcheck
 from timeline_fanout.consumers.halts import ConsumerHalted, PermanentFailure
 from timeline_fanout.graph.failures import Failure, classify
 

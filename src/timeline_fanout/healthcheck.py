@@ -2,9 +2,10 @@
 
 ``fanout consume ... --metrics-port P`` records the port it bound (P, or the free port it was
 given for 0) in ``$FANOUT_HOME/consume-<which>.metrics-port`` and removes the file when it exits
-cleanly. ``python -m timeline_fanout.consumers.healthcheck`` (the image's HEALTHCHECK) asks each
+cleanly. ``python -m timeline_fanout.healthcheck`` (the image's HEALTHCHECK) asks each
 recorded port for ``/metrics`` on loopback and exits 0 only if all answer 200; 1 if one does not
-or if no consumer recorded a port. Standard library only, so the check starts fast.
+or if no consumer recorded a port. Standard library only, and outside the layers' packages
+(whose imports take seconds on a busy host), so the check starts fast.
 """
 
 from __future__ import annotations
