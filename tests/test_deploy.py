@@ -264,6 +264,19 @@ def up_in_order() -> float:
     return time.monotonic() - start
 
 
+def down_everything() -> None:
+    """`down` knows the replicas its files declare, not those `--scale` added: remove the
+    project's containers by label, then its pod and volumes."""
+    podman_compose("down", "-v", "-t", "5")
+    label = f"label=io.podman.compose.project={PROJECT}"
+    leftover = podman("ps", "-a", "-q", "--filter", label).stdout.split()
+    if leftover:
+        podman("rm", "--force", "--volumes", *leftover)
+    podman("pod", "rm", "--force", f"pod_{PROJECT}", check=False)
+    for volume in ("kafka-data", "mongo-data"):
+        podman("volume", "rm", "--force", f"{PROJECT}_{volume}", check=False)
+
+
 def local_settings(home: Path) -> Settings:
     return Settings(
         home=home,
@@ -284,7 +297,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         with socket.socket() as probe:
             busy = probe.connect_ex(("127.0.0.1", port)) == 0
         assert not busy, f"port {port} of the local compose profile is taken"
-    podman_compose("down", "-v", "-t", "5")
+    down_everything()
     for image in IMAGES:
         podman("rmi", "--force", image, check=False)
     start = time.monotonic()
@@ -300,7 +313,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     assert built.returncode == 0, built.stderr[-3000:]
     FIGURES["stack up s"] = up_in_order()
     yield local_settings(tmp_path_factory.mktemp("host"))
-    podman_compose("down", "-v", "-t", "5")
+    down_everything()
+    assert (
+        podman("ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}").stdout
+        == ""
+    )
     print("\ncontainer figures: " + ", ".join(f"{k} {v:.1f}" for k, v in FIGURES.items()))
 
 
