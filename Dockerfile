@@ -1,7 +1,7 @@
 # The consumers, the HTTP API and the CLI in one image: `docker run timeline-fanout consume graph`.
 # Builds with Docker (BuildKit) and with podman/buildah. BASE_IMAGE is any Debian-like image with
 # python3 (>= 3.11) and its venv module; `.ci/build-images` passes one made from Debian's
-# packages where no registry answers, and its wheels as the `wheels` build context
+# packages (no registry needed), and wheels built on the host as the `wheels` build context
 # (`--build-context wheels=DIR`), so that nothing is downloaded inside the build.
 ARG BASE_IMAGE=python:3.12-slim
 
