@@ -19,8 +19,10 @@ import pytest
 import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry, start_http_server
 
 from tests.kafka_helpers import high_watermarks
+from timeline_fanout import healthcheck
 from timeline_fanout.api.settings import ApiSettings
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
@@ -526,3 +528,15 @@ def test_sigterm_commits_and_exits_within_the_grace_period(stack: Settings) -> N
     podman("start", *names)
     until(lambda: committed_lag("fanout.fanout", "fanout.posts") == 0, 120, "posts committed")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
+
+
+def test_the_healthcheck_passes_only_while_every_recorded_consumer_answers(tmp_path: Path) -> None:
+    assert healthcheck.check(tmp_path) == [f"no consumer recorded a metrics port in {tmp_path}"]
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=CollectorRegistry())
+    healthcheck.record_port(tmp_path, "graph", server.server_port)
+    assert healthcheck.check(tmp_path) == []
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+    problems = healthcheck.check(tmp_path, timeout=1)
+    assert len(problems) == 1 and f":{server.server_port}/metrics" in problems[0]
