@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pymongo
+import pytest
 import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry, start_http_server
 
+from tests.kafka_helpers import high_watermarks
+from timeline_fanout import healthcheck
 from timeline_fanout.api.settings import ApiSettings
+from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
+from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.producers import EventPublisher
+from timeline_fanout.schemas import Topics
+from timeline_fanout_devstack.kafka_jars import kafka_version
 
+T = TypeVar("T")
 ROOT = Path(__file__).parents[1]
 SETTINGS = {f"FANOUT_{name.upper()}" for name in Settings.model_fields}
 API_SETTINGS = {f"FANOUT_API_{name.upper()}" for name in ApiSettings.model_fields}
@@ -35,7 +54,8 @@ def test_services_and_images() -> None:
         "fanout-consumer",
         "api",
     }
-    assert services["kafka"]["image"].startswith("apache/kafka:")
+    # The broker the tests run (the local stack's POM), not an older one.
+    assert services["kafka"]["image"] == f"apache/kafka:{kafka_version()}"
     assert "controller" in services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft
     listeners = services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
     assert "kafka:19092" in listeners and "localhost:9092" in listeners  # network and host
@@ -97,12 +117,24 @@ def test_the_api_is_replicated_ready_checked_and_never_open() -> None:
     assert all(conditions[d] == "service_healthy" for d in ("mongo", "memcached-a", "memcached-b"))
 
 
-def test_dockerfile_runs_fanout_as_a_non_root_user() -> None:
+def test_dockerfile_runs_fanout_as_a_non_root_user_with_a_healthcheck() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
-    base = next(line for line in lines if line.startswith("FROM "))
-    assert base.endswith("-slim")
+    assert "ARG BASE_IMAGE=python:3.12-slim" in lines
+    assert all(
+        line.startswith("FROM ${BASE_IMAGE}")
+        for line in lines
+        if line.startswith("FROM ")
+        if "scratch" not in line
+    )
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
     assert 'ENTRYPOINT ["fanout"]' in lines
+    assert any(line.startswith("HEALTHCHECK ") for line in lines)
+    # The healthcheck's module runs on the standard library only: it starts fast.
+    source = (ROOT / "src/timeline_fanout/healthcheck.py").read_text()
+    imports = {
+        line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))
+    }
+    assert imports <= {"__future__", "os", "sys", "urllib.error", "urllib.request", "pathlib"}
 
 
 def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> None:
@@ -110,7 +142,7 @@ def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> N
     package named in pyproject but not copied makes ``pip install .`` fail in the image)."""
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     for line in lines:
-        if line.startswith("COPY "):
+        if line.startswith("COPY ") and "--from=" not in line:
             *sources, dest = line.split()[1:]
             for source in sources:
                 target = tmp_path / dest / source if dest.endswith("/") else tmp_path / dest
@@ -128,3 +160,383 @@ def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> N
         check=False,
     )
     assert built.returncode == 0, built.stderr[-2000:]
+
+
+# --- The containers themselves (FANOUT_CONTAINERS=1) ------------------------------------------
+#
+# Builds every image from a cold cache with `.ci/build-images`, brings the local compose profile
+# up with podman-compose and drives it from the host. Gated: the cold build alone takes 3-5
+# minutes on 2 cores (two Debian bases from Debian's packages, the wheels, four images), beyond
+# the CI budget. The services listen on fixed loopback ports (docker-compose.local.yml), so the
+# tests share one stack and must run in one process: `-n 0`.
+
+LIVE = os.environ.get("FANOUT_CONTAINERS") == "1"
+live = pytest.mark.skipif(
+    not LIVE,
+    reason="builds the images from a cold cache and drives the podman stack (~6 min): "
+    "set FANOUT_CONTAINERS=1 and run with -n 0",
+)
+PROJECT = "timeline-fanout"
+COMPOSE_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.local.yml"]
+IMAGES = [
+    "localhost/fanout-base-python:bookworm",
+    "localhost/fanout-base-stack:bookworm",
+    "localhost/timeline-fanout:latest",
+    "localhost/fanout-kafka:local",
+    "localhost/fanout-memcached:local",
+    "localhost/fanout-ferretdb:local",
+]
+BACKING = ["kafka", "mongo", "memcached-a", "memcached-b"]
+LOCAL_PORTS = [19092, 19093, 11311, 11312, 27018, 18080]
+KAFKA = "127.0.0.1:19092"
+GRACE_S = 30.0  # stop_grace_period of the consumers in docker-compose.yml
+FIGURES: dict[str, float] = {}  # printed at the end of the module's run
+
+
+def podman_env() -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers/podman/containers.conf")}
+
+
+def podman(
+    *args: str, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["podman", *args],
+        env=podman_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check:
+        assert done.returncode == 0, f"podman {' '.join(args)}: {done.stderr[-2000:]}"
+    return done
+
+
+def podman_compose(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [str(Path(sys.executable).parent / "podman-compose"), *COMPOSE_FILES, *args]
+    done = subprocess.run(
+        argv, cwd=ROOT, env=podman_env(), capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{' '.join(args)}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
+    return done
+
+
+def container(service: str, index: int = 1) -> str:
+    return f"{PROJECT}_{service}_{index}"
+
+
+def inspect(name: str, field: str) -> str:
+    return podman("inspect", "--format", "{{" + field + "}}", name).stdout.strip()
+
+
+def until(condition: Callable[[], T | None], seconds: float, what: str) -> T:
+    """Poll ``condition`` until it returns a value other than None (or False)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:.0f} s: {what}")
+        time.sleep(0.5)
+
+
+def healthy(name: str) -> bool:
+    return podman("healthcheck", "run", name, check=False, timeout=60).returncode == 0
+
+
+def await_healthy(names: list[str], seconds: float) -> None:
+    for name in names:
+        until(lambda n=name: healthy(n), seconds, f"{name} healthy")  # type: ignore[misc]
+
+
+def up_in_order() -> float:
+    """The stack up, dependencies first: podman 4.3 runs no healthcheck by itself (no systemd)
+    and podman-compose ignores `service_healthy` before podman 4.6, so the order of
+    docker-compose.yml's `depends_on` is enforced here; returns the seconds it took."""
+    start = time.monotonic()
+    podman_compose("up", "-d", "--no-build", "--no-deps", *BACKING)
+    await_healthy([container(s) for s in BACKING], 240)
+    podman_compose("up", "-d", "--no-build", "--no-deps", "topics")
+    assert podman("wait", container("topics"), timeout=120).stdout.strip() == "0"
+    services = ["graph-consumer", "fanout-consumer", "api"]
+    podman_compose("up", "-d", "--no-build", "--no-deps", *services)
+    await_healthy([container(s) for s in services], 180)
+    return time.monotonic() - start
+
+
+def down_everything() -> None:
+    """`down` knows the replicas its files declare, not those `--scale` added: remove the
+    project's containers by label, then its pod and volumes."""
+    podman_compose("down", "-v", "-t", "5")
+    label = f"label=io.podman.compose.project={PROJECT}"
+    leftover = podman("ps", "-a", "-q", "--filter", label).stdout.split()
+    if leftover:
+        podman("rm", "--force", "--volumes", *leftover)
+    podman("pod", "rm", "--force", f"pod_{PROJECT}", check=False)
+    for volume in ("kafka-data", "mongo-data"):
+        podman("volume", "rm", "--force", f"{PROJECT}_{volume}", check=False)
+
+
+def local_settings(home: Path) -> Settings:
+    return Settings(
+        home=home,
+        kafka=KAFKA,
+        memcached="127.0.0.1:11311,127.0.0.1:11312",
+        edge_store="mongodb://127.0.0.1:27018/fanout",
+        mongo_following="collection",
+        topic_prefix="fanout",
+        group="fanout",
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.fail("the container tests share one stack on fixed ports: run them with -n 0")
+    for port in LOCAL_PORTS:
+        with socket.socket() as probe:
+            busy = probe.connect_ex(("127.0.0.1", port)) == 0
+        assert not busy, f"port {port} of the local compose profile is taken"
+    down_everything()
+    for image in IMAGES:
+        podman("rmi", "--force", image, check=False)
+    start = time.monotonic()
+    built = subprocess.run(
+        ["bash", ".ci/build-images", "--rebuild-bases"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    FIGURES["cold build s"] = time.monotonic() - start
+    assert built.returncode == 0, built.stderr[-3000:]
+    FIGURES["stack up s"] = up_in_order()
+    yield local_settings(tmp_path_factory.mktemp("host"))
+    down_everything()
+    assert (
+        podman("ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}").stdout
+        == ""
+    )
+    print("\ncontainer figures: " + ", ".join(f"{k} {v:.1f}" for k, v in FIGURES.items()))
+
+
+def publish_graph(settings: Settings, prefix: str, users: int, authors: int) -> dict[str, set[str]]:
+    """Every user follows a seeded random subset of the authors; returns who follows whom."""
+    rng = random.Random(prefix)
+    follows = {
+        f"{prefix}u{i}": {f"{prefix}a{j}" for j in range(authors) if rng.random() < 0.5}
+        for i in range(users)
+    }
+    with EventPublisher(settings.kafka, Topics("fanout")) as publisher:
+        for user, followees in follows.items():
+            for author in sorted(followees):
+                publisher.publish({"type": "follow", "follower": user, "followee": author})
+    return follows
+
+
+def publish_posts(settings: Settings, authors: list[str], count: int, tag: str) -> list[str]:
+    ids = [f"{tag}-{n}" for n in range(count)]
+    with EventPublisher(settings.kafka, Topics("fanout")) as publisher:
+        for n, post_id in enumerate(ids):
+            publisher.publish(
+                {"type": "post", "author": authors[n % len(authors)], "post_id": post_id}
+            )
+    return ids
+
+
+def committed_lag(group: str, topic: str) -> int:
+    """Messages of ``topic`` not yet committed by ``group`` (all partitions)."""
+    admin = AdminClient({"bootstrap.servers": KAFKA})
+    ends = high_watermarks(KAFKA, topic)
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in ends])]
+    answer = admin.list_consumer_group_offsets(request)[group].result()
+    committed = {tp.partition: max(tp.offset, 0) for tp in answer.topic_partitions}
+    return sum(end - committed.get(p, 0) for p, end in ends.items())
+
+
+def await_graph_applied(seconds: float = 120) -> None:
+    until(lambda: committed_lag("fanout.graph", "fanout.graph") == 0, seconds, "graph applied")
+
+
+def timelines_match(
+    settings: Settings, follows: dict[str, set[str]], posts: dict[str, str]
+) -> bool:
+    """Every user's timeline holds exactly the posts (id -> author) of those it follows."""
+    reader = wiring.timeline_reader(settings, wiring.edge_store(settings))
+    for user, followees in follows.items():
+        want = {p for p, author in posts.items() if author in followees}
+        got = {e.post_id for e in reader.read(user, limit=1000)}
+        if got != want:
+            return False
+    return True
+
+
+def authors_of(ids: list[str], authors: list[str]) -> dict[str, str]:
+    return {post_id: authors[n % len(authors)] for n, post_id in enumerate(ids)}
+
+
+@live
+def test_the_cold_built_stack_comes_up_healthy(stack: Settings) -> None:
+    for image in IMAGES:
+        assert podman("image", "exists", image, check=False).returncode == 0, image
+    user = inspect(container("fanout-consumer"), ".Config.User")
+    assert user == "fanout"
+    for service in [*BACKING, "graph-consumer", "fanout-consumer", "api"]:
+        assert healthy(container(service)), service
+    # The product only: no sources, tests or pip in the project's image.
+    listing = podman(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "sh",
+        "localhost/timeline-fanout:latest",
+        "-c",
+        "ls / /opt/fanout/bin; ls /opt/fanout/lib/*/site-packages",
+    ).stdout
+    assert "tests" not in listing.split() and "bench" not in listing.split()
+    assert "pip" not in listing.split() and "timeline_fanout" in listing.split()
+
+
+@live
+def test_events_published_on_the_host_reach_every_timeline(stack: Settings) -> None:
+    follows = publish_graph(stack, "reach", users=40, authors=6)
+    await_graph_applied()
+    authors = [f"reacha{j}" for j in range(6)]
+    start = time.monotonic()
+    ids = publish_posts(stack, authors, 60, "reach")
+    posts = authors_of(ids, authors)
+    until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
+    FIGURES["60 posts to 40 timelines s"] = time.monotonic() - start
+
+
+def group_assignment(group: str) -> dict[str, set[tuple[str, int]]]:
+    admin = AdminClient({"bootstrap.servers": KAFKA})
+    description = admin.describe_consumer_groups([group])[group].result()
+    return {
+        m.member_id: {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
+        for m in description.members
+    }
+
+
+@live
+def test_three_scaled_fanout_consumers_share_the_partitions(stack: Settings) -> None:
+    podman_compose(
+        "up", "-d", "--no-build", "--no-deps", "--scale", "fanout-consumer=3", "fanout-consumer"
+    )
+    await_healthy([container("fanout-consumer", i) for i in (1, 2, 3)], 180)
+    everything = {(t, p) for t in ("fanout.posts", "fanout.fanout-tasks") for p in range(12)}
+
+    def shared() -> dict[str, set[tuple[str, int]]] | None:
+        members = group_assignment("fanout.fanout")
+        parts = list(members.values())
+        if len(parts) != 3 or any(not p for p in parts) or set().union(*parts) != everything:
+            return None
+        return members
+
+    members = until(shared, 120, "three members holding every partition")
+    assert sum(len(p) for p in members.values()) == len(everything)  # disjoint
+    # And they deliver: posts published now reach every timeline.
+    follows = publish_graph(stack, "scale", users=30, authors=5)
+    await_graph_applied()
+    authors = [f"scalea{j}" for j in range(5)]
+    posts = authors_of(publish_posts(stack, authors, 60, "scale"), authors)
+    until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
+
+
+@live
+def test_a_consumer_killed_with_sigkill_is_restarted_and_nothing_is_lost(stack: Settings) -> None:
+    name = container("fanout-consumer")
+    follows = publish_graph(stack, "kill", users=30, authors=5)
+    await_graph_applied()
+    authors = [f"killa{j}" for j in range(5)]
+    before = publish_posts(stack, authors, 200, "kill-before")
+    started = inspect(name, ".State.StartedAt")
+    init_pid = int(inspect(name, ".State.Pid"))  # catatonit (init: true); the consumer under it
+    children = Path(f"/proc/{init_pid}/task/{init_pid}/children").read_text().split()
+    killed_at = time.monotonic()
+    os.kill(int(children[0]), signal.SIGKILL)
+    until(
+        lambda: (
+            inspect(name, ".State.Running") == "true"
+            and inspect(name, ".State.StartedAt") != started
+        ),
+        60,
+        "the killed consumer's container running again",
+    )
+    FIGURES["kill -9 to running again s"] = time.monotonic() - killed_at
+    await_healthy([name], 120)
+    FIGURES["kill -9 to healthy s"] = time.monotonic() - killed_at
+    assert int(inspect(name, ".RestartCount")) >= 1
+    after = publish_posts(stack, authors, 100, "kill-after")
+    posts = authors_of(before, authors) | authors_of(after, authors)
+    until(lambda: timelines_match(stack, follows, posts), 180, "every timeline complete")
+
+
+@live
+def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(stack: Settings) -> None:
+    follows = publish_graph(stack, "replay", users=20, authors=4)
+    await_graph_applied()
+    authors = [f"replaya{j}" for j in range(4)]
+    posts = authors_of(publish_posts(stack, authors, 40, "replay"), authors)
+    until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
+    # Lose the edge store and the cache, then replay both topics in one-off containers.
+    pymongo.MongoClient("mongodb://127.0.0.1:27018").drop_database("fanout")
+    MemcacheCluster(stack.memcached_servers).flush_all()
+    assert not timelines_match(stack, follows, posts)
+    for which in ("graph", "fanout"):
+        done = podman_compose(
+            "run",
+            "--rm",
+            "--no-deps",
+            "graph-consumer",
+            "replay",
+            which,
+            "--from-beginning",
+            "--until-idle",
+            "5",
+            timeout=300,
+        )
+        assert "replayed" in done.stdout + done.stderr
+    assert timelines_match(stack, follows, posts)
+    one_offs = podman("ps", "-a", "--filter", "name=graph-consumer_tmp", "-q").stdout.split()
+    assert one_offs == []  # --rm: gone
+
+
+@live
+def test_sigterm_commits_and_exits_within_the_grace_period(stack: Settings) -> None:
+    follows = publish_graph(stack, "stop", users=20, authors=4)
+    await_graph_applied()
+    authors = [f"stopa{j}" for j in range(4)]
+    posts = authors_of(publish_posts(stack, authors, 300, "stop"), authors)
+    names = podman(
+        "ps", "--filter", f"name={PROJECT}_fanout-consumer_", "--format", "{{.Names}}"
+    ).stdout.split()
+    assert names
+    start = time.monotonic()  # while the posts are being delivered
+    podman("stop", "--time", str(int(GRACE_S)), *names, timeout=GRACE_S + 60)
+    FIGURES["SIGTERM to exited s"] = time.monotonic() - start
+    assert time.monotonic() - start < GRACE_S
+    for name in names:
+        logs = podman("logs", name)
+        assert inspect(name, ".State.ExitCode") == "0", logs.stderr[-2000:]
+        assert "signal 15: finishing the current batch" in logs.stdout + logs.stderr
+    # What the stopped consumers applied was committed: started again, they finish the rest and
+    # every timeline is complete, each post once.
+    podman("start", *names)
+    until(lambda: committed_lag("fanout.fanout", "fanout.posts") == 0, 120, "posts committed")
+    until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
+
+
+def test_the_healthcheck_passes_only_while_every_recorded_consumer_answers(tmp_path: Path) -> None:
+    assert healthcheck.check(tmp_path) == [f"no consumer recorded a metrics port in {tmp_path}"]
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=CollectorRegistry())
+    healthcheck.record_port(tmp_path, "graph", server.server_port)
+    assert healthcheck.check(tmp_path) == []
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+    problems = healthcheck.check(tmp_path, timeout=1)
+    assert len(problems) == 1 and f":{server.server_port}/metrics" in problems[0]

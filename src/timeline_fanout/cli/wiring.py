@@ -203,8 +203,9 @@ def fanout_loop(
     return _loop(settings, "fanout", topics, applier, stop, size)
 
 
-def serve_metrics(loop: ConsumeLoop, consumer: str, port: int) -> ConsumerMetrics:
-    """Expose the loop's metrics on ``port`` (Prometheus text format at /metrics)."""
+def serve_metrics(loop: ConsumeLoop, consumer: str, port: int) -> int:
+    """Expose the loop's metrics on ``port`` (Prometheus text format at /metrics; 0: a free
+    port); returns the port bound."""
     applier = loop.applier
     lists: list[ListStats] = []
     fanout_stats = None
@@ -215,5 +216,4 @@ def serve_metrics(loop: ConsumeLoop, consumer: str, port: int) -> ConsumerMetric
         fanout_stats = applier.stats
     metrics = ConsumerMetrics(consumer, loop.source, lists, fanout_stats, loop_stats=loop.stats)
     loop.observers.append(metrics)
-    metrics.serve(port)
-    return metrics
+    return metrics.serve(port)

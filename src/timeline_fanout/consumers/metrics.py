@@ -114,8 +114,10 @@ class ConsumerMetrics:
         )
         r.register(GroupCollector(consumer, source, loop_stats))
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Serve the metrics on ``port`` (0: a free one); returns the port bound."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_port)
 
     def _delta(self, name: str, total: int) -> int:
         grew = total - self._seen[name]

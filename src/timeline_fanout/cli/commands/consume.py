@@ -13,10 +13,12 @@ import argparse
 import logging
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
 
+from timeline_fanout import healthcheck
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.commands.base import Subcommands, err_console
 from timeline_fanout.cli.settings import Settings
@@ -31,7 +33,12 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("which", choices=["graph", "fanout"])
     p.add_argument("--until-idle", type=float, metavar="SECONDS")
     p.add_argument("--batch-size", type=int)
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (0: a free one; the port bound is recorded "
+        "in FANOUT_HOME for the container healthcheck)",
+    )
     p.set_defaults(run=run)
 
 
@@ -72,14 +79,19 @@ def run_consume(
             raise
         return _halted(PermanentFailure(f"{type(exc).__name__}: {exc}"), console)
     gc_policy.tune_for_consuming()
+    recorded: Path | None = None
     if metrics_port is not None:
-        wiring.serve_metrics(loop, which, metrics_port)
+        bound = wiring.serve_metrics(loop, which, metrics_port)
+        recorded = healthcheck.record_port(settings.home, which, bound)
+        log.info("metrics on port %d", bound)
     try:
         stats = loop.run(until_idle=until_idle)
     except ConsumerHalted as exc:
         return _halted(exc, console, loop.stats.retries)
     finally:
         loop.source.close()
+    if recorded is not None:  # a halted consumer's port stays recorded: its check fails
+        recorded.unlink(missing_ok=True)
     console.print(
         f"batches {stats.batches}, applied {stats.applied}, "
         f"dead-lettered {stats.dead_lettered} (rejected {stats.rejected}, "
