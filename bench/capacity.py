@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from bench import capacity_model as model
 from bench.report import Report, Row
 from bench.server import api_process
@@ -71,6 +73,9 @@ def run(settings: Settings, report: Report) -> None:
     with sandbox(settings, "bcap") as s:
         sizes = measure_sizes(s, report.quick)
     report.add(row="sizes", **sizes)
+    if not report.quick:
+        with sandbox(settings, "bpart", partitions=PARTITIONS_BEFORE) as s:
+            report.add(**partition_change(s))
     bars = [(k.removesuffix("_bytes"), v) for k, v in sizes.items() if k.endswith("_bytes")]
     if os.environ.get(FLAG) == "1" and not report.quick:
         users = int(_env("USERS", 1_000_000))
@@ -78,6 +83,9 @@ def run(settings: Settings, report: Report) -> None:
         with sandbox(settings, "bcap", **overrides) as s:
             for row in mixed_load(s, users, int(_env("EDGES", 10 * users))):
                 report.add(**row)
+        measured = model.load_measured(capacity_rows=report.rows)
+        for compared in model.compare_run(report.rows, measured):
+            report.add(row="compare", **compared)
     else:
         report.add(row="load", skipped=f"{FLAG}=1 is not set (or --quick)")
     report.write(bars, "bytes")
@@ -555,103 +563,115 @@ def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
     }
     yield {"row": "burst", "consumer": "fanout", **post_burst}
     yield {"row": "burst", "consumer": "graph", **follow_burst}
-    yield from compare(
-        Ran(users, stored, len(active), published, deliveries, skipped, load_s, len(read_ms)),
-        api_cpu,
-        cpu,
-        graph_events,
-        cache_bytes,
+
+
+# -- raising a topic's partition count while a producer runs ----------------------------------
+
+PARTITIONS_BEFORE, PARTITIONS_AFTER = 2, 6
+
+
+def partition_change(s: Settings, keys: int = 200, rate: float = 1_000, seconds: float = 8) -> Row:
+    """Publishes follows for ``keys`` followees (the key), each with a rising sequence number in
+    its follower id, at ``rate`` per second; after a quarter of the time raises the graph
+    topic from ``PARTITIONS_BEFORE`` to ``PARTITIONS_AFTER`` partitions. Then reads every
+    partition back: which keys now sit in two partitions, whether each partition kept its
+    keys' order, how many keys' events alternate between two partitions, and how long the
+    producer took to notice (its metadata refresh)."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        NewPartitions,
     )
 
+    from timeline_fanout.producers import EventPublisher
 
-@dataclass(frozen=True, slots=True)
-class Ran:
-    users: int
-    edges: int
-    active: int
-    published: dict[str, int]
-    deliveries: float  # to cached timelines
-    skipped: float  # to timelines not cached
-    load_s: float
-    reads: int
+    topic = s.topics.graph
+    refresh_ms = 1_000  # librdkafka's default is 300,000: five minutes of the old count
+    # Two producers, as two app servers: one refreshes its metadata every second, the other
+    # keeps librdkafka's default (5 minutes) and so the old partition count for this whole run.
+    publishers = [
+        EventPublisher(s.kafka, s.topics, {"topic.metadata.refresh.interval.ms": refresh_ms}),
+        EventPublisher(s.kafka, s.topics),
+    ]
+    raised_at: list[float] = []
+    raise_after = seconds / 4
+    started = time.time()
+    for n in paced(rate, seconds, threading.Event()):
+        if not raised_at and time.time() - started >= raise_after:
+            admin = AdminClient({"bootstrap.servers": s.kafka})
+            for future in admin.create_partitions(
+                [NewPartitions(topic, PARTITIONS_AFTER)]
+            ).values():
+                future.result(30)
+            raised_at.append(time.time())
+        key = uid(n % keys)
+        event = {"type": "follow", "follower": f"s{n:09d}", "followee": key}
+        publishers[n // keys % 2].publish(event)  # each key's events alternate producers
+    for publisher in publishers:
+        publisher.flush()
 
-
-def compare(
-    ran: Ran,
-    api_cpu: float,
-    cpu: dict[str, float],
-    graph_events: float,
-    cache_bytes: int,
-) -> Iterator[Row]:
-    """The model's predictions for this run's graph and rates next to what was measured."""
-    m = model.load_measured()
-    load_s, deliveries = ran.load_s, ran.deliveries
-    posts_per_s = ran.published["posts"] / load_s
-    graph_per_s = ran.published["follows"] / load_s
-    load = model.Workload(
-        users=ran.users,
-        edges=ran.edges,
-        active_users=ran.active,
-        reads_per_s=ran.reads / load_s,
-        posts_per_s=posts_per_s,
-        peak_posts_per_s=posts_per_s,
-        graph_events_per_s=graph_per_s,
-        peak_graph_events_per_s=graph_per_s,
-        timeline_entries=0.0,  # timelines start empty: their deliveries are counted below
-        body_window_s=load_s,
-    )
-    p = model.plan(load, m)
-    predicted_cache = (
-        p.cache_lists_gb * model.GB
-        + p.cache_timelines_gb * model.GB
-        + p.cache_bodies_gb * model.GB
-        + deliveries * m.timeline_entry_bytes * model.MEMCACHED_SLAB_WASTE
-    )
-
-    def row(figure: str, predicted: float, measured: float, note: str) -> Row:
-        ratio = measured / predicted if predicted else None
-        return {
-            "row": "compare",
-            "figure": figure,
-            "predicted": round(predicted, 3),
-            "measured": round(measured, 3),
-            "measured_over_predicted": None if ratio is None else round(ratio, 3),
-            "note": note,
+    consumer = Consumer(
+        {
+            "bootstrap.servers": s.kafka,
+            "group.id": f"{s.group}-partitions",
+            "enable.auto.commit": False,
         }
+    )
+    seen: dict[str, list[tuple[int, int, float]]] = {}  # key -> (partition, seq, broker time)
+    for p in range(PARTITIONS_AFTER):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        if high <= low:
+            continue
+        consumer.assign([TopicPartition(topic, p, low)])
+        read = low
+        while read < high:
+            msg = consumer.poll(5)
+            if msg is None or msg.error():
+                continue
+            value = orjson.loads(msg.value() or b"{}")
+            seq = int(value["follower"][1:])
+            _kind, ts = msg.timestamp()
+            seen.setdefault(value["followee"], []).append((p, seq, ts / 1000))
+            read = (msg.offset() or 0) + 1
+    consumer.close()
 
-    yield row(
-        "deliveries per post (cached or not)",
-        p.deliveries_per_post,
-        (deliveries + ran.skipped) / max(ran.published["posts"], 1),
-        "authors drawn uniformly from active users; celebrities' posts deliver nothing",
+    split = {k: v for k, v in seen.items() if len({p for p, _, _ in v}) > 1}
+    # Order is Kafka's per producer and partition (two producers' writes to one partition
+    # interleave however their batches land, with or without a partition change).
+    in_order = all(
+        [q for q in seqs if q // keys % 2 == producer]
+        == sorted(q for q in seqs if q // keys % 2 == producer)
+        for events in seen.values()
+        for p in range(PARTITIONS_AFTER)
+        for seqs in [[seq for q, seq, _ in events if q == p]]
+        for producer in (0, 1)
     )
-    yield row(
-        "deliveries/s (cached timelines)",
-        p.deliveries_per_s * ran.active / ran.users,
-        deliveries / load_s,
-        "uniform authors among active users; only cached timelines are appended to",
+    new_partition_times = [
+        ts for events in seen.values() for p, _, ts in events if p >= PARTITIONS_BEFORE
+    ]
+    # A split key whose sequence goes back and forth between partitions: its events are in
+    # two logs at once, and two consumers apply them in whatever order they run.
+    overtaken = sum(
+        1
+        for events in split.values()
+        if max(seq for p, seq, _ in events if p < PARTITIONS_BEFORE)
+        > min(seq for p, seq, _ in events if p >= PARTITIONS_BEFORE)
     )
-    yield row(
-        "deliveries per fan-out CPU-second",
-        m.deliveries_per_s,
-        deliveries / max(cpu["fanout"], 1e-6),
-        "the model's per-process rate comes from one post to 1M followers",
-    )
-    yield row(
-        "graph events per graph-consumer CPU-second",
-        m.graph_events_per_s,
-        graph_events / max(cpu["graph"], 1e-6),
-        "the model's rate is a consumer kept busy; at a low offered rate batches are small",
-    )
-    yield row(
-        "HTTP timeline reads per API CPU-second",
-        m.reads_per_s_per_core,
-        ran.reads / max(api_cpu, 1e-6),
-        "pages walked (the page memo rarely holds a page here: users read at random)",
-    )
-    yield row(
-        "memcached bytes (lists and timelines of active users, bodies)",
-        predicted_cache,
-        float(cache_bytes),
-        "timelines start empty: entries counted are the deliveries made",
-    )
+    return {
+        "row": "partitions",
+        "before": PARTITIONS_BEFORE,
+        "after": PARTITIONS_AFTER,
+        "keys": len(seen),
+        "events": sum(map(len, seen.values())),
+        "keys_in_two_partitions": len(split),
+        "expected_share_moved": round(1 - PARTITIONS_BEFORE / PARTITIONS_AFTER, 3),
+        "measured_share_moved": round(len(split) / max(len(seen), 1), 3),
+        "order_kept_per_producer_and_partition": in_order,
+        "keys_interleaved_across_partitions": overtaken,
+        "producer_refresh_ms": refresh_ms,
+        "first_new_partition_message_after_raise_s": round(
+            min(new_partition_times) - raised_at[0], 2
+        )
+        if new_partition_times and raised_at
+        else None,
+    }

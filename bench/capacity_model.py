@@ -128,7 +128,16 @@ class Measured:
     list_member_bytes: float  # one follower or following list member in memcached
     store_edge_bytes: float  # one edge in the edge store, indexes and counts included
     store_post_bytes: float  # one post with its text in the edge store
+    empty_timeline_bytes: float  # one cached timeline with no entries (item, key, marker)
+    empty_list_bytes: float  # one cached follower or following list with no members
+    # A fan-out process's cost per post apart from its deliveries (store write, follower-list
+    # read, Kafka): None when no saturation burst was measured (then posts cost nothing).
+    post_overhead_s: float | None
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    def posts_per_s(self, deliveries_per_post: float) -> float:
+        """Posts per second one fan-out process takes at this many deliveries per post."""
+        return 1 / ((self.post_overhead_s or 0.0) + deliveries_per_post / self.deliveries_per_s)
 
 
 def _doc(results: Path, name: str) -> dict[str, Any] | None:
@@ -155,7 +164,9 @@ def format_sizes() -> dict[str, float]:
     return {"timeline_entry_bytes": len(entry) + 2, "list_member_bytes": len(member)}
 
 
-def load_measured(results: Path = RESULTS) -> Measured:
+def load_measured(
+    results: Path = RESULTS, capacity_rows: Sequence[Mapping[str, Any]] | None = None
+) -> Measured:
     """The figures, from these fields only:
 
     - ``fanout-rate.json``: ``rows[].deliveries_per_s`` of the row with the most ``followers``;
@@ -164,10 +175,13 @@ def load_measured(results: Path = RESULTS) -> Measured:
     - ``api.json``: ``rows[].walked_timeline_per_s`` and ``rows[].timeline_per_s`` of the rows
       with ``connections == 64``, divided by ``machine.cpus`` (the server's two workers share
       those cores with wrk, memcached and the broker: a lower bound per core);
-    - ``capacity.json``: the row ``sizes`` (``timeline_entry_bytes``, ``list_member_bytes``,
-      ``store_edge_bytes``, ``store_post_bytes``), measured by ``python -m bench capacity``
-      on memcached's and SQLite's own counters. Without it, the entry and member sizes come
-      from the code's formats (``format_sizes``) and the store sizes are missing (an error).
+    - ``capacity.json`` (or ``capacity_rows``, a run's own rows): the row ``sizes``
+      (``timeline_entry_bytes``, ``list_member_bytes``, ``store_edge_bytes``,
+      ``store_post_bytes``, ``empty_timeline_bytes``, ``empty_list_bytes``), measured by
+      ``python -m bench capacity`` on memcached's and SQLite's own counters; and, when the
+      load ran, the row ``burst`` of ``consumer == "fanout"`` (``events_per_s``,
+      ``deliveries_per_event``): ``post_overhead_s = 1 / events_per_s - deliveries_per_event
+      / deliveries_per_s``, the time a post costs a fan-out process beyond its deliveries.
     """
     fanout = _rows(_doc(results, "fanout-rate"), "fanout-rate")
     biggest = max((r for r in fanout if "deliveries_per_s" in r), key=lambda r: r["followers"])
@@ -186,17 +200,31 @@ def load_measured(results: Path = RESULTS) -> Measured:
         "reads_per_s_per_core": f"api.json walked_timeline_per_s at c=64 / {cpus} cpus",
         "memo_reads_per_s_per_core": f"api.json timeline_per_s at c=64 / {cpus} cpus",
     }
-    capacity = _doc(results, "capacity")
-    sizes: dict[str, float]
-    if capacity is not None and (
-        found := next((r for r in capacity["rows"] if r.get("row") == "sizes"), None)
-    ):
-        sizes = {k: float(found[k]) for k in _SIZE_FIELDS}
-        sources.update({k: "capacity.json sizes (memcached and SQLite counters)" for k in sizes})
-    else:
+    if capacity_rows is None:
+        capacity_rows = _rows(_doc(results, "capacity"), "capacity")
+    found = next((r for r in capacity_rows if r.get("row") == "sizes"), None)
+    if found is None:
         raise FileNotFoundError("bench/results/capacity.json: run `python -m bench capacity`")
+    sizes = {k: float(found[k]) for k in _SIZE_FIELDS}
+    sources.update({k: "capacity.json sizes (memcached and SQLite counters)" for k in sizes})
+    deliveries_per_s = float(biggest["deliveries_per_s"])
+    post_overhead_s = None
+    burst = next(
+        (r for r in capacity_rows if r.get("row") == "burst" and r.get("consumer") == "fanout"),
+        None,
+    )
+    if burst is not None:
+        per_post = 1 / float(burst["events_per_s"])
+        post_overhead_s = max(per_post - float(burst["deliveries_per_event"]) / deliveries_per_s, 0)
+        sources["post_overhead_s"] = (
+            f"capacity.json burst of {burst['events']:,} posts, {burst['events_per_s']:,} "
+            f"posts/s at {burst['deliveries_per_event']} deliveries each"
+        )
+    else:
+        sources["post_overhead_s"] = "NOT MEASURED (no capacity burst): posts cost nothing"
     return Measured(
-        deliveries_per_s=float(biggest["deliveries_per_s"]),
+        deliveries_per_s=deliveries_per_s,
+        post_overhead_s=post_overhead_s,
         graph_events_per_s=float(cached["events_per_s"]),
         reads_per_s_per_core=float(walked["walked_timeline_per_s"]) / cpus,
         memo_reads_per_s_per_core=float(memo["timeline_per_s"]) / cpus,
@@ -205,7 +233,14 @@ def load_measured(results: Path = RESULTS) -> Measured:
     )
 
 
-_SIZE_FIELDS = ("timeline_entry_bytes", "list_member_bytes", "store_edge_bytes", "store_post_bytes")
+_SIZE_FIELDS = (
+    "timeline_entry_bytes",
+    "list_member_bytes",
+    "store_edge_bytes",
+    "store_post_bytes",
+    "empty_timeline_bytes",
+    "empty_list_bytes",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +355,7 @@ class Plan:
     posts_per_s: float
     peak_posts_per_s: float
     deliveries_per_post: float
+    posts_per_s_per_fanout_process: float
     deliveries_per_s: float
     peak_deliveries_per_s: float
     peak_graph_events_per_s: float
@@ -353,21 +389,21 @@ def plan(load: Workload, m: Measured) -> Plan:
     per_post = f.fanned_out_followers / load.users  # authors drawn uniformly
     deliveries = load.posts_per_s * per_post
     peak_deliveries = load.peak_posts_per_s * per_post
-    fanout_procs = _ceil(peak_deliveries / m.deliveries_per_s)
+    posts_per_process = m.posts_per_s(per_post)
+    fanout_procs = _ceil(load.peak_posts_per_s / posts_per_process)
     graph_procs = _ceil(load.peak_graph_events_per_s / m.graph_events_per_s)
     chunks = _ceil(f.largest_fanned_out / load.chunk_size)
     largest_s = f.largest_fanned_out / (m.deliveries_per_s * min(fanout_procs, chunks))
 
     active_share = load.active_users / load.users
-    timeline_item = (
-        load.timeline_entries * m.timeline_entry_bytes + MEMCACHED_ITEM_OVERHEAD + KEY_BYTES
-    )
+    timeline_item = load.timeline_entries * m.timeline_entry_bytes + m.empty_timeline_bytes
     timelines = load.active_users * timeline_item * MEMCACHED_SLAB_WASTE
     # Both lists of every active user (followers and following: each edge is a member of two
-    # lists), plus one index item per list; shards are 64 KiB, their own overhead negligible.
+    # lists), plus each list's own items (index, first shard, counter) as measured empty;
+    # shards are 64 KiB, so further shards' overhead is negligible.
     lists = (
         2 * load.edges * active_share * m.list_member_bytes
-        + 2 * load.active_users * (MEMCACHED_ITEM_OVERHEAD + KEY_BYTES + 24)
+        + 2 * load.active_users * m.empty_list_bytes
     ) * MEMCACHED_SLAB_WASTE
     body_item = TEXT_BYTES + MEMCACHED_ITEM_OVERHEAD + KEY_BYTES + POST_ID_BYTES
     bodies = load.posts_per_s * load.body_window_s * body_item * MEMCACHED_SLAB_WASTE
@@ -390,6 +426,7 @@ def plan(load: Workload, m: Measured) -> Plan:
         posts_per_s=load.posts_per_s,
         peak_posts_per_s=load.peak_posts_per_s,
         deliveries_per_post=per_post,
+        posts_per_s_per_fanout_process=posts_per_process,
         deliveries_per_s=deliveries,
         peak_deliveries_per_s=peak_deliveries,
         peak_graph_events_per_s=load.peak_graph_events_per_s,
@@ -442,6 +479,10 @@ def markdown(plans: Sequence[Plan], m: Measured) -> str:
             [f"{_n(p.posts_per_s)} / {_n(p.peak_posts_per_s)}" for p in plans],
         ),
         ("deliveries per post", [f"{p.deliveries_per_post:.1f}" for p in plans]),
+        (
+            "posts/s one fan-out process takes",
+            [_n(p.posts_per_s_per_fanout_process) for p in plans],
+        ),
         (
             "deliveries/s, average / peak",
             [f"{_n(p.deliveries_per_s)} / {_n(p.peak_deliveries_per_s)}" for p in plans],
@@ -499,11 +540,18 @@ def markdown(plans: Sequence[Plan], m: Measured) -> str:
                 "list_member_bytes",
                 "store_edge_bytes",
                 "store_post_bytes",
+                "empty_timeline_bytes",
+                "empty_list_bytes",
             )
         )
+        + f"; post overhead {_ms(m.post_overhead_s)} ({m.sources.get('post_overhead_s')})"
         + ".",
     ]
     return "\n".join(out) + "\n"
+
+
+def _ms(x: float | None) -> str:
+    return "none" if x is None else f"{x * 1000:.3f} ms"
 
 
 def run(settings: object, report: Any) -> None:
@@ -518,4 +566,132 @@ def run(settings: object, report: Any) -> None:
     report.add(row="sources", **dict(m.sources))
     report.out.mkdir(parents=True, exist_ok=True)
     (report.out / "capacity-model.md").write_text(markdown(plans, m))
+    compared = compare_run(_rows(_doc(RESULTS, "capacity"), "capacity"), m)
+    for c in compared:
+        report.add(row="run against model", **c)
+    if compared:
+        (report.out / "capacity-run.md").write_text(compare_markdown(compared))
     report.write([(_n(p.users), float(p.fanout_processes)) for p in plans], "fan-out processes")
+
+
+# -- the run on this machine against the model -----------------------------------------------
+
+
+def _row(rows: Sequence[Mapping[str, Any]], kind: str, **match: str) -> Mapping[str, Any] | None:
+    return next(
+        (r for r in rows if r.get("row") == kind and all(r.get(k) == v for k, v in match.items())),
+        None,
+    )
+
+
+def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str, Any]]:
+    """The model's predictions for a ``bench capacity`` run (its graph and offered rates, this
+    machine's measured rates) beside what the run measured; empty when the load did not run."""
+    graph, load = _row(rows, "graph"), _row(rows, "load")
+    if graph is None or load is None or "seconds" not in load:
+        return []
+    post_burst = _row(rows, "burst", consumer="fanout")
+    follow_burst = _row(rows, "burst", consumer="graph")
+    seconds = float(load["seconds"])
+    posts = float(load["posts_published"])
+    follows = float(load["follows_published"])
+    work = Workload(
+        users=int(graph["users"]),
+        edges=float(graph["edges_stored"]),
+        active_users=float(graph["active_users_cached"]),
+        reads_per_s=float(load["reads_done"]) / seconds,
+        posts_per_s=posts / seconds,
+        peak_posts_per_s=posts / seconds,
+        graph_events_per_s=follows / seconds,
+        peak_graph_events_per_s=follows / seconds,
+        timeline_entries=0.0,  # timelines start empty; the entries delivered are added below
+        body_window_s=seconds,
+    )
+    p = plan(work, m)
+    delivered = float(load["deliveries"])
+    # memcached's ``bytes`` counts item sizes, not the slab chunks they sit in: no slab waste.
+    predicted_bytes = (
+        (p.cache_lists_gb + p.cache_timelines_gb + p.cache_bodies_gb) * GB / MEMCACHED_SLAB_WASTE
+        + delivered * m.timeline_entry_bytes
+        + follows * 2 * m.list_member_bytes * work.active_users / work.users
+    )
+    delivery_only = Measured(**{**asdict(m), "post_overhead_s": None})
+    out: list[dict[str, Any]] = []
+
+    def add(figure: str, predicted: float, measured: float, basis: str) -> None:
+        out.append(
+            {
+                "figure": figure,
+                "predicted": round(predicted, 3),
+                "measured": round(measured, 3),
+                "measured_over_predicted": round(measured / predicted, 3) if predicted else None,
+                "basis": basis,
+            }
+        )
+
+    add(
+        "deliveries per post (to cached timelines or not)",
+        p.deliveries_per_post,
+        (delivered + float(load["deliveries_skipped"])) / posts,
+        "Zipf follower counts of the run's graph, authors drawn uniformly",
+    )
+    add(
+        "deliveries/s to cached timelines, steady load",
+        p.deliveries_per_s * work.active_users / work.users,
+        delivered / seconds,
+        "the above times posts/s times the active share",
+    )
+    if post_burst is not None:
+        per_post = float(post_burst["deliveries_per_event"])
+        add(
+            "posts/s one fan-out process takes, delivery-bound (fanout-rate alone)",
+            delivery_only.posts_per_s(per_post),
+            float(post_burst["events_per_s"]),
+            "a burst of small posts; the table uses the measured per-post cost instead",
+        )
+    if follow_burst is not None:
+        add(
+            "graph events/s one graph consumer takes",
+            m.graph_events_per_s,
+            float(follow_burst["events_per_s"]),
+            "graph-ingest (10k users) against a burst of Zipf follows on this graph",
+        )
+    add(
+        "HTTP timeline reads per API CPU-second (pages walked)",
+        m.reads_per_s_per_core,
+        1000 / float(load["api_cpu_ms_per_read"]),
+        "api.json at c=64 against the server's /proc CPU time per read at a paced rate",
+    )
+    add(
+        "fan-out process busy share under the steady load",
+        work.posts_per_s / m.posts_per_s(p.deliveries_per_post),
+        float(load["fanout_cpu_s"]) / seconds,
+        "posts/s over what one process takes; measured: its CPU seconds per second",
+    )
+    add(
+        "graph consumer busy share under the steady load",
+        work.graph_events_per_s / m.graph_events_per_s,
+        float(load["graph_cpu_s"]) / seconds,
+        "events/s over what one consumer takes; measured: its CPU seconds per second",
+    )
+    add(
+        "memcached bytes (lists, timelines, bodies of the run)",
+        predicted_bytes,
+        float(load["cache_bytes"]),
+        "memcached's bytes statistic; the prediction without slab waste",
+    )
+    return out
+
+
+def compare_markdown(compared: Sequence[Mapping[str, Any]]) -> str:
+    out = [
+        "| figure | model | measured | measured / model | basis |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for c in compared:
+        ratio = c["measured_over_predicted"]
+        out.append(
+            f"| {c['figure']} | {c['predicted']:,.4g} | {c['measured']:,.4g} | "
+            f"{'' if ratio is None else f'{ratio:.2f}'} | {c['basis']} |"
+        )
+    return "\n".join(out) + "\n"
