@@ -11,7 +11,8 @@ With ``FANOUT_BENCH_CAPACITY=1`` (never with ``--quick``, never in CI): a graph 
 (default 10,000,000), followees Zipf-distributed (exponent 1.1), written to the edge store; the
 follower and following lists and the timelines of the 30% active users cached; then, for
 ``FANOUT_CAPACITY_SECONDS`` (default 180), posts, follows and HTTP timeline reads at stated
-rates (``FANOUT_CAPACITY_POSTS_PER_S``, ``..._FOLLOWS_PER_S``, ``..._READS_PER_S``), with a graph
+rates (``FANOUT_CAPACITY_POSTS_PER_S``, ``..._FOLLOWS_PER_S``, ``..._READS_PER_S``: 200, 100
+and 300 by default), with a graph
 consumer, a fan-out consumer and ``fanout serve --workers 1`` each in its own process, as
 deployed. A probe post every 2 s is timed from publish until its follower's timeline shows it.
 """
@@ -381,7 +382,7 @@ def paced(rate: float, seconds: float, stop_at: threading.Event) -> Iterator[int
 def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
     seconds = _env("SECONDS", 180)
     posts_per_s = _env("POSTS_PER_S", 200)
-    follows_per_s = _env("FOLLOWS_PER_S", 300)
+    follows_per_s = _env("FOLLOWS_PER_S", 100)
     reads_per_s = _env("READS_PER_S", 300)
     active = [uid(i) for i in range(users) if is_active(i)]
     base_bytes = memcached_bytes(s.memcached_servers)
@@ -427,7 +428,7 @@ def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
                     published["posts"] += 1
                 else:
                     followee = uid(zipf_followees(rng, cum, 1)[0])
-                    follower = active[rng.randrange(len(active))]
+                    follower = uid(rng.randrange(users))
                     if follower != followee:
                         publisher.publish(
                             {"type": "follow", "follower": follower, "followee": followee}
