@@ -552,6 +552,7 @@ def markdown(plans: Sequence[Plan], m: Measured) -> str:
             for name in (
                 "deliveries_per_s",
                 "graph_events_per_s",
+                "graph_ingest_events_per_s",
                 "reads_per_s_per_core",
                 "memo_reads_per_s_per_core",
                 "timeline_entry_bytes",

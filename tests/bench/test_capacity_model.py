@@ -40,7 +40,8 @@ def test_every_measured_input_is_positive_and_names_its_source() -> None:
             assert value > 0, f.name
             assert f.name in MEASURED.sources, f.name
     assert MEASURED.sources["deliveries_per_s"].startswith("fanout-rate.json")
-    assert MEASURED.sources["graph_events_per_s"].startswith("graph-ingest.json")
+    assert MEASURED.sources["graph_events_per_s"].startswith(("graph-ingest.json", "capacity.json"))
+    assert MEASURED.sources["graph_ingest_events_per_s"].startswith("graph-ingest.json")
     assert MEASURED.sources["reads_per_s_per_core"].startswith("api.json")
 
 
@@ -93,9 +94,7 @@ def test_memcached_servers_hold_the_cache_and_serve_its_operations(users: int) -
     p = twitter(users)
     assert p.memcached_servers * model.MEMCACHED_GB_PER_SERVER >= p.cache_gb
     assert p.memcached_servers * model.MEMCACHED_OPS_PER_SERVER >= p.cache_ops_per_s
-    assert p.cache_gb == pytest.approx(
-        p.cache_timelines_gb + p.cache_lists_gb + p.cache_bodies_gb
-    )
+    assert p.cache_gb == pytest.approx(p.cache_timelines_gb + p.cache_lists_gb + p.cache_bodies_gb)
     assert p.cache_gb_3_replicas > p.cache_gb
 
 
