@@ -14,9 +14,10 @@ The formulas (``plan``), per size ``N`` users:
   ``min(E * r**-s / H(N, s), N - 1)`` followers; authors above ``CELEBRITY_THRESHOLD`` are not
   fanned out (readers merge their posts), so a post, its author drawn uniformly, is delivered
   to ``(followers of non-celebrities) / N`` timelines on average;
-- processes = ceil(peak rate / measured rate per process), partitions = the processes times
-  ``PARTITION_HEADROOM`` (at least ``MIN_PARTITIONS``), API cores = ceil(reads/s / reads/s per
-  core);
+- a fan-out process takes ``1 / (post overhead + deliveries per post / deliveries per s)``
+  posts a second; processes = ceil(peak rate / rate per process), partitions = the processes
+  times ``PARTITION_HEADROOM`` (at least ``MIN_PARTITIONS``), API cores = ceil(reads/s /
+  reads/s per core);
 - memcached bytes = timelines (``A`` items of ``TIMELINE_HELD`` entries) + follower and
   following lists of active users (``2 * E * ACTIVE_FRACTION`` members) + post bodies read in
   the last ``CACHE_HEAL_S``, each with memcached's per-item overhead and slab waste; servers =
