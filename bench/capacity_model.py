@@ -659,7 +659,8 @@ def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str
         "deliveries/s to cached timelines, steady load",
         p.deliveries_per_s * work.active_users / work.users,
         delivered / seconds,
-        "the above times posts/s times the active share",
+        "the above times posts/s times the active share; a follow drops its follower's "
+        "timeline until the next read, which the model does not count",
     )
     if post_burst is not None:
         per_post = float(post_burst["deliveries_per_event"])
@@ -681,7 +682,8 @@ def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str
         "HTTP timeline reads per API CPU-second (pages walked)",
         m.reads_per_s_per_core,
         1000 / float(load["api_cpu_ms_per_read"]),
-        "api.json at c=64 against the server's /proc CPU time per read at a paced rate",
+        "api.json (c=64, texts known) against the server's /proc CPU time per read here: "
+        "users drawn at random, so most pages read their texts, some timelines regenerate",
     )
     add(
         "fan-out process busy share under the steady load",
