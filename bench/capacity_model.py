@@ -706,6 +706,10 @@ def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str
     return out
 
 
+def _fig(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def compare_markdown(compared: Sequence[Mapping[str, Any]]) -> str:
     out = [
         "| figure | model | measured | measured / model | basis |",
@@ -714,7 +718,7 @@ def compare_markdown(compared: Sequence[Mapping[str, Any]]) -> str:
     for c in compared:
         ratio = c["measured_over_predicted"]
         out.append(
-            f"| {c['figure']} | {c['predicted']:,.4g} | {c['measured']:,.4g} | "
+            f"| {c['figure']} | {_fig(c['predicted'])} | {_fig(c['measured'])} | "
             f"{'' if ratio is None else f'{ratio:.2f}'} | {c['basis']} |"
         )
     return "\n".join(out) + "\n"
