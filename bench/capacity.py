@@ -4,7 +4,9 @@ up to 1M users under a mixed load, against what the capacity model predicts for 
 Always (a few seconds): bytes per timeline entry and per list member, from memcached's own
 ``bytes`` counter around real deliveries and real follows, and bytes per edge and per post in
 the SQLite edge store, from its page count, all with 19-digit ids as in production. These are
-the ``sizes`` row that ``bench/capacity_model.py`` reads.
+the ``sizes`` row that ``bench/capacity_model.py`` reads. Then (not with ``--quick``) the
+graph topic of a sandbox is raised from 2 to 6 partitions while two producers publish
+(``partition_change``): the ``partitions`` row.
 
 With ``FANOUT_BENCH_CAPACITY=1`` (never with ``--quick``, never in CI): a graph of
 ``FANOUT_CAPACITY_USERS`` users (default 1,000,000) and ``FANOUT_CAPACITY_EDGES`` follows
