@@ -13,10 +13,13 @@ With ``FANOUT_BENCH_CAPACITY=1`` (never with ``--quick``, never in CI): a graph 
 (default 10,000,000), followees Zipf-distributed (exponent 1.1), written to the edge store; the
 follower and following lists and the timelines of the 30% active users cached; then, for
 ``FANOUT_CAPACITY_SECONDS`` (default 180), posts, follows and HTTP timeline reads at stated
-rates (``FANOUT_CAPACITY_POSTS_PER_S``, ``..._FOLLOWS_PER_S``, ``..._READS_PER_S``: 200, 100
-and 300 by default), with a graph
-consumer, a fan-out consumer and ``fanout serve --workers 1`` each in its own process, as
-deployed. A probe post every 2 s is timed from publish until its follower's timeline shows it.
+rates (``FANOUT_CAPACITY_POSTS_PER_S``, ``..._FOLLOWS_PER_S``, ``..._READS_PER_S``: 200,
+100 and 300 by default), with a graph consumer, a fan-out consumer and ``fanout serve
+--workers 1`` each in its own process, as deployed. A probe post every 2 s is timed from
+publish until its follower's timeline shows it. Then a burst of posts and one of follows
+(``..._BURST_POSTS``, ``..._BURST_FOLLOWS``), each timed until its consumer has applied it:
+what one process takes at saturation. ``python -m bench capacity-model`` compares it all with
+the model.
 """
 
 from __future__ import annotations
