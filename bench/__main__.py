@@ -22,6 +22,8 @@ BENCHMARKS = {
     "heavy-following": "bench.heavy_following",
     "post-deletion": "bench.post_deletion",
     "member-counts": "bench.member_counts",
+    "capacity": "bench.capacity",
+    "capacity-model": "bench.capacity_model",
 }
 
 
