@@ -547,9 +547,19 @@ class MemcacheCluster:
         self._lines(b"delete", dict.fromkeys(keys, b""), _GONE)
 
     def versions(self) -> dict[str, str]:
-        """Every server's version: a readiness probe that touches no key (``CacheUnavailable``
-        names the first server that does not answer)."""
-        return {s: self._call(s, "version").decode("ascii", "replace") for s in self._clients}
+        """The version of every server that answers: a readiness probe that touches no key.
+        One server down is not an outage (its keys are gone around), so only when none
+        answers is this ``CacheUnavailable`` (naming the first)."""
+        found: dict[str, str] = {}
+        failures: list[CacheUnavailable] = []
+        for server in self._clients:
+            try:
+                found[server] = self._call(server, "version").decode("ascii", "replace")
+            except CacheUnavailable as exc:
+                failures.append(exc)
+        if not found:
+            raise failures[0]
+        return found
 
     def flush_all(self) -> None:
         """Every item of every server gone, the epochs' copies with them; returns once each

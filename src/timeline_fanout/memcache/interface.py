@@ -67,7 +67,8 @@ class Cache(Protocol):
     def delete_many(self, keys: Iterable[bytes]) -> None: ...
 
     def versions(self) -> dict[str, str]:
-        """Every server's version: a readiness probe that touches no key."""
+        """The version of every server that answers (``CacheUnavailable`` when none does): a
+        readiness probe that touches no key."""
         ...
 
     def close(self) -> None: ...

@@ -1,5 +1,6 @@
-"""``/healthz`` (the process answers) and ``/readyz`` (memcached, the edge store and Kafka all
-answer within ``FANOUT_API_READY_TIMEOUT_S``), for orchestrators: a replica that is alive but
+"""``/healthz`` (the process answers) and ``/readyz`` (a memcached server, the edge store and
+Kafka answer within ``FANOUT_API_READY_TIMEOUT_S``; one cache server down is gone around, so it
+does not make every replica unready at once), for orchestrators: a replica that is alive but
 not ready is taken out of rotation instead of being restarted.
 
 ``/readyz`` is public, so it says which dependency failed and how (no answer in time, or

@@ -64,6 +64,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import NamedTuple
 
 from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
@@ -208,10 +209,12 @@ class PostBodies:
         got = self._cache.gets_many(list(unread))
         if mark is not None:
             _remember(got, stamp, now + self._expire)
-        empty = {k: p for k, p in unread.items() if k not in got}
-        if empty:
-            self._cache.add_many(dict.fromkeys(empty, FILLING), self._expire)
-            got.update(self._cache.gets_many(list(empty)))
+        empty = [k for k in unread if k not in got]
+        # Items on an unavailable server are answered from the store and not filled.
+        fillable = list(compress(empty, self._cache.available(empty)))
+        if fillable:
+            self._cache.add_many(dict.fromkeys(fillable, FILLING), self._expire)
+            got.update(self._cache.gets_many(fillable))
         fill = {}
         for key, post in unread.items():
             item = got.get(key)
@@ -293,7 +296,7 @@ class PostBodies:
         yet): a page is kept by the page memo only with the mark in its replies (module
         docstring)."""
         key = self.mark_key(reader)
-        if key not in found:
+        if key not in found and self._cache.available([key])[0]:
             self._cache.add_many({key: _fresh_mark()}, self._expire)
 
 
