@@ -24,6 +24,7 @@ BENCHMARKS = {
     "member-counts": "bench.member_counts",
     "capacity": "bench.capacity",
     "capacity-model": "bench.capacity_model",
+    "failover": "bench.failover",
 }
 
 

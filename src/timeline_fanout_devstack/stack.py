@@ -199,7 +199,7 @@ def start_listening(
     raise StackError(f"{name} could not bind a port (see its log under .fanout/logs)")
 
 
-def _memcached_argv(port: int) -> list[str]:
+def memcached_argv(port: int) -> list[str]:
     user = ["-u", "root"] if os.geteuid() == 0 else []  # memcached refuses root without -u
     return [memcached_binary(), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "512", *user]
 
@@ -246,7 +246,7 @@ def restart_memcached(name: str, down_for: float = 0.0) -> Service:
     time.sleep(down_for)
     port = int(old.address.rpartition(":")[2])
     logs, deadline = fanout_home() / "logs", time.monotonic() + 10
-    new = start_listening(name, _memcached_argv, memcached_answers, logs, deadline, port)
+    new = start_listening(name, memcached_argv, memcached_answers, logs, deadline, port)
     state.services = [new if s.name == name else s for s in state.services]
     state.save(stack_file())
     return new
@@ -312,7 +312,7 @@ def stack_up(
     try:
         for i in range(MEMCACHED_SERVERS):
             services.append(
-                start_listening(f"memcached{i}", _memcached_argv, memcached_answers, logs, deadline)
+                start_listening(f"memcached{i}", memcached_argv, memcached_answers, logs, deadline)
             )
         services.append(_start_broker(wanted, logs, deadline))
         memcached = ",".join(s.address for s in services[:-1])

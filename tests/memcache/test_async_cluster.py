@@ -22,12 +22,12 @@ import pytest
 import uvloop
 
 from tests.conftest import Refused
-from tests.memcache.own_servers import own_server, stop
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
+from timeline_fanout_devstack.memcached_processes import own_server, stop
 from timeline_fanout_devstack.stack import StackState
 
 ITEM_LIMIT = 1024 * 1024  # memcached's default -I, which the test stack runs with

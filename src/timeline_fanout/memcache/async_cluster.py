@@ -310,7 +310,7 @@ class AsyncMemcache:
         asked: dict[str, list[bytes]] = {}
         for node in wanted:
             for guard in trust.guards(node):
-                if not trust.is_down(guard):
+                if not trust.was_down(guard):
                     asked.setdefault(guard, []).append(epoch_key(node))
         plan = tuple(
             _Part(guard, keys, meta_get_pipeline(keys, writable=False), b"")
@@ -320,7 +320,7 @@ class AsyncMemcache:
         found = _found(plan, await self._exchange(plan, None, False))
         for node in wanted:
             copies = [
-                found.get(epoch_key(node)) for g in trust.guards(node) if not trust.is_down(g)
+                found.get(epoch_key(node)) for g in trust.guards(node) if not trust.was_down(g)
             ]
             epoch = trust.agreed([c.value if c else None for c in copies])
             if epoch is not None:

@@ -325,8 +325,9 @@ class MemcacheCluster:
 
     def _on_guard(self, guard: str, job: _Job) -> Any | None:
         """One job's replies from one guard, its keys sent as they are (no epoch); None if the
-        guard does not answer (it is then down)."""
-        if self._trust.is_down(guard):
+        guard does not answer (it is then down). A guard that was down is not asked until a
+        probe of its own brings it back (``_usable``), so reading epochs never waits on it."""
+        if self._trust.was_down(guard):
             return None
         pipe = self._pipes[guard]
         try:

@@ -1,7 +1,8 @@
 """Which memcached servers a process may use, and under which epoch: failover without stale items.
 
-A server that refuses, times out or hangs is **down** for this process for ``retry_s``; no
-request is sent to it meanwhile, and the first request after that probes it. Its keys are then
+A server that refuses, times out or hangs is **down** for this process for ``retry_s``
+(doubled after each failed probe, up to 8 times); no request is sent to it meanwhile, and the
+first request after that probes it. Its keys are then
 **unavailable**: reads miss them, and writes to them are not sent (the callers see what a server
 that evicts everything at once would answer, which every layer above already handles, and the
 read paths answer such keys from the edge store).
@@ -93,6 +94,7 @@ class ServerTrust:
         self.clock = clock
         self.new_epoch = new_epoch
         self._down_until: dict[str, float] = {}
+        self._failed_probes: dict[str, int] = {}
         self._leases: dict[str, Lease] = {}
         self._revoked_seen: dict[str, tuple[float, tuple[bytes | None, ...]]] = {}
 
@@ -110,11 +112,18 @@ class ServerTrust:
     # -- down and up ---------------------------------------------------------------------------
 
     def mark_down(self, server: str) -> None:
-        self._down_until[server] = self.clock() + self.settings.retry_s
+        """Down for ``retry_s``, doubled for each probe in a row it failed (at most 8 times
+        ``retry_s``): a hung server costs one request a timeout per interval, and the
+        intervals grow while it stays hung."""
+        failed = self._failed_probes.get(server, -1) + 1
+        self._failed_probes[server] = failed
+        backoff = self.settings.retry_s * min(8, 2**failed)
+        self._down_until[server] = self.clock() + backoff
         self._leases.pop(server, None)
 
     def mark_up(self, server: str) -> None:
         self._down_until.pop(server, None)
+        self._failed_probes.pop(server, None)
 
     def is_down(self, server: str) -> bool:
         """Down and not yet due for a probe."""

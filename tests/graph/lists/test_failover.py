@@ -13,13 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.memcache.own_servers import end, own_server, start, stop
 from timeline_fanout.graph import ListSettings, ListStore
 from timeline_fanout.graph.model.edges import EdgeChange
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import MemcacheCluster
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout_devstack.memcached_processes import end, own_server, start, stop
 
 USERS = [f"u{i}" for i in range(24)]
 BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3, lease_s=0.3)

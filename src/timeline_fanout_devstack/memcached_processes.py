@@ -1,10 +1,9 @@
-"""memcached processes of a test's own, to kill, restart, stop and continue (never a fixture
-stack's servers)."""
+"""memcached processes of a caller's own, to kill, restart, stop and continue (never the
+recorded stack's servers): the failover tests and ``bench failover`` use them."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import time
@@ -12,14 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from timeline_fanout_devstack.ports import free_port, listens
-from timeline_fanout_devstack.stack import memcached_answers, memcached_binary
+from timeline_fanout_devstack.stack import memcached_answers, memcached_argv
 
 
 def start(port: int) -> subprocess.Popen[bytes]:
     """memcached on ``port``, returned once it answers."""
-    user = ["-u", "root"] if os.geteuid() == 0 else []
-    argv = [memcached_binary(), "-l", "127.0.0.1", "-p", str(port), "-U", "0", *user]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        memcached_argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 10
     while not (listens(proc.pid, port) and memcached_answers(f"127.0.0.1:{port}")):
         assert time.monotonic() < deadline and proc.poll() is None, "memcached did not start"
