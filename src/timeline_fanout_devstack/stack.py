@@ -252,6 +252,21 @@ def restart_memcached(name: str, down_for: float = 0.0) -> Service:
     return new
 
 
+def hang_memcached(name: str, for_s: float) -> None:
+    """Stop one memcached server of the recorded stack (SIGSTOP: the kernel still accepts
+    connections, nothing answers) for ``for_s`` seconds, then let it go on with every item it
+    held: what a hung or partitioned server looks like to the clients."""
+    state = StackState.load(stack_file())
+    if state is None:
+        raise StackError("no local stack recorded")
+    pid = next(s for s in state.services if s.name == name).pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(for_s)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def stack_status(state: StackState | None) -> dict[str, bool]:
     if state is None:
         return {}
