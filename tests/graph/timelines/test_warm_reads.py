@@ -164,7 +164,7 @@ def test_missing_celebrity_items_are_none_until_the_blocking_read_rebuilds_them(
     page = pair.both("me")
     assert page is not None and len(page.entries) == 7
     celebrity_posts = pair.blocking.celebrity_posts
-    for key in (celebrity_posts.set_key, *celebrity_posts.keys(["star"])):
+    for key in (celebrity_posts.set_key("me"), *celebrity_posts.keys(["star"])):
         cache.delete_many([key])
         assert_none_and_nothing_written(pair)
         assert cache.gets_many([key]) == {}
@@ -247,7 +247,7 @@ def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
         return body is not None and len(walks) == before
 
     assert kept()  # kept by ``warmed``'s read
-    set_key = pair.blocking.celebrity_posts.set_key
+    set_key = pair.blocking.celebrity_posts.set_key("me")
     before = cache.gets_many([set_key])[set_key]
     cache.delete_many([set_key])
     pair.blocking.page("me")  # rebuilds it: the same bytes, a new CAS id

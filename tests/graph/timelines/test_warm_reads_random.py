@@ -80,7 +80,7 @@ def apply(pair: Pair, step: Step, posts: itertools.count[int]) -> None:
     elif kind == "drop_timeline":
         pair.blocking.timelines.invalidate([ListRef(ListKind.TIMELINE, "me")])
     elif kind == "drop_celebrity_set":
-        pair.blocking.follow_lists.cache.delete_many([pair.blocking.celebrity_posts.set_key])
+        pair.blocking.follow_lists.cache.delete_many(pair.blocking.celebrity_posts.set_keys)
     elif kind == "rollover":  # past the 256-byte shards: the head names new shards
         pair.follow("me", *(f"x{next(posts)}" for _ in range(30)))
 

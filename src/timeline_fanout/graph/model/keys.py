@@ -18,9 +18,10 @@ from typing import NamedTuple
 from timeline_fanout.schemas import all_valid_ids, is_valid_id
 
 SEP = b"|"
-# Copies of the deletion mark: enough that each is read by a small share of the pages and
-# spread over the servers; few enough that a deletion sets them all in one pipelined write.
-DELETION_MARK_COPIES = 16
+# Copies of the items every page reads (the deletion mark, the celebrity set): enough that
+# each is read by a small share of the pages and spread over the servers; few enough that a
+# writer sets them all in one pipelined write.
+ITEM_COPIES = 16
 CELEBRITY_POSTS = "cp"
 AUTHOR_POSTS = "ap"
 COUNTS = "ct"
@@ -87,22 +88,25 @@ class KeySpace:
         return (prefix + (" " + prefix).join(users)).encode("ascii").split(b" ")
 
     def deletions_key(self, reader: str) -> bytes:
-        """The copy of the deletion mark ``reader``'s pages ask: ``{ns}|deletions|{n}``, one of
-        ``DELETION_MARK_COPIES`` (by a hash of the reader), each set to a fresh value after
-        every deletion of a post (graph/timelines/post_bodies.py, the page memo's guard). No
-        key is on every read, and a server lost takes only its copies' readers' memo."""
-        return self.deletion_keys()[zlib.crc32(reader.encode("ascii")) % DELETION_MARK_COPIES]
+        """The copy of the deletion mark ``reader``'s pages ask (``{ns}|deletions|{n}``): set to
+        a fresh value after every deletion of a post (graph/timelines/post_bodies.py, the page
+        memo's guard)."""
+        return self.copy_for("deletions", reader)
 
-    def deletion_keys(self) -> list[bytes]:
-        """Every copy of the deletion mark."""
-        return [
-            f"{self.namespace}|deletions|{n}".encode("ascii") for n in range(DELETION_MARK_COPIES)
-        ]
+    def copy_for(self, name: str, reader: str) -> bytes:
+        """The copy of the item ``name``, kept in ``ITEM_COPIES`` copies, that ``reader``'s
+        pages ask: ``{ns}|{name}|{n}``, by a hash of the reader. An item every page needs is
+        kept this way so that no key is on every read and a server lost takes only its copies'
+        readers to the store; writers write every copy (``copies``)."""
+        return self.copies(name)[zlib.crc32(reader.encode("ascii")) % ITEM_COPIES]
 
-    def celebrities_key(self) -> bytes:
-        """``{ns}|celebrities``: the set of celebrities (one part after the namespace, so it
-        is no list's key and no user's)."""
-        return f"{self.namespace}|celebrities".encode("ascii")
+    def copies(self, name: str) -> list[bytes]:
+        """Every copy of the item ``name`` (see ``copy_for``)."""
+        return [f"{self.namespace}|{name}|{n}".encode("ascii") for n in range(ITEM_COPIES)]
+
+    def celebrities_key(self, reader: str) -> bytes:
+        """The copy of the celebrity set ``reader``'s pages ask (``{ns}|celebrities|{n}``)."""
+        return self.copy_for("celebrities", reader)
 
     def list_key(self, ref: ListRef) -> bytes:
         return self.list_keys(ref.kind, [ref.user])[0]

@@ -84,8 +84,13 @@ class CelebrityPosts:
         self._keys = keys
         self._cap = cap
         self.ttl_s = ttl_s
-        self.set_key = keys.celebrities_key()
+        self.set_keys = keys.copies("celebrities")
         self._warned_too_large = False
+
+    def set_key(self, reader: str) -> bytes:
+        """The copy of the celebrity set ``reader``'s first multi-GET asks (one of 16: no key
+        on every read); the consumer's refresh writes them all."""
+        return self._keys.celebrities_key(reader)
 
     def keys(self, authors: Sequence[str]) -> list[bytes]:
         return self._keys.celebrity_posts_keys(authors)
@@ -104,26 +109,30 @@ class CelebrityPosts:
             return
         write = self._cache.add_many if add else self._cache.set_many
         outcomes = write(values, math.ceil(left))
-        if outcomes.get(self.set_key) is Outcome.TOO_LARGE and not self._warned_too_large:
+        too_large = [k for k in self.set_keys if outcomes.get(k) is Outcome.TOO_LARGE]
+        if too_large and not self._warned_too_large:
             self._warned_too_large = True
             log.warning(
                 "the celebrity set (%d bytes) is over memcached's item size: it is not cached "
                 "and every timeline read asks the edge store for it; raise memcached's -I",
-                len(values[self.set_key]),
+                len(values[too_large[0]]),
             )
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def celebrities(self, found: Mapping[bytes, Item]) -> frozenset[str]:
-        """The celebrity set from its item in ``found`` (a reader's multi-GET), else from the
-        store, cached for the next readers."""
-        item = found.get(self.set_key)
+    def celebrities(self, reader: str, found: Mapping[bytes, Item]) -> frozenset[str]:
+        """The celebrity set from ``reader``'s copy in ``found`` (a reader's multi-GET), else
+        from the store, cached in that copy for the next readers (unless its server is
+        unavailable)."""
+        key = self.set_key(reader)
+        item = found.get(key)
         names = None if item is None else _names(item.value)
         if names is not None:
             return names
         expire = self._expiry()
         names = frozenset(self._store.celebrities())
-        self._write(True, {self.set_key: _joined(sorted(names))}, expire)
+        if self._cache.available([key])[0]:
+            self._write(True, {key: _joined(sorted(names))}, expire)
         return names
 
     def posts(
@@ -151,8 +160,9 @@ class CelebrityPosts:
         """The recent posts of every celebrity in ``following``, on their own round trips
         (``fanout verify`` compares what readers see; the read path fetches these items in its
         own batch)."""
-        found = self._cache.gets_many([self.set_key])
-        authors = sorted(self.celebrities(found) & following)
+        reader = ""  # any copy will do: each holds the whole set
+        found = self._cache.gets_many([self.set_key(reader)])
+        authors = sorted(self.celebrities(reader, found) & following)
         return self.posts(authors, self._cache.gets_many(self.keys(authors)))
 
     def drop(self, authors: Sequence[str]) -> None:
@@ -165,7 +175,8 @@ class CelebrityPosts:
 
     def refresh(self, authors: Collection[str]) -> None:
         """After a batch stored these celebrities' posts and recorded them as celebrities:
-        rewrite their items from the store, and the celebrity set if it lacks one of them."""
+        rewrite their items from the store, and every copy of the celebrity set if a cached
+        one lacks one of them."""
         if not authors:
             return
         ordered = sorted(authors)
@@ -178,11 +189,11 @@ class CelebrityPosts:
             },
             expire,
         )
-        cached = self._cache.get_many([self.set_key]).get(self.set_key)
-        names = None if cached is None else _names(cached)
-        if names is not None and not names.issuperset(ordered):
+        cached = self._cache.get_many(self.set_keys).values()
+        if any((names := _names(v)) is None or not names.issuperset(ordered) for v in cached):
             expire = self._expiry()
-            self._write(False, {self.set_key: _joined(sorted(self._store.celebrities()))}, expire)
+            joined = _joined(sorted(self._store.celebrities()))
+            self._write(False, dict.fromkeys(self.set_keys, joined), expire)
 
     def _posts(self, author: str) -> list[str]:
         return [TimelineEntry.of(p).member for p in self._store.recent_posts([author], self._cap)]

@@ -146,7 +146,7 @@ class TimelineFetch:
         return [
             self._lists.index_key(ListRef(ListKind.FOLLOWING, user)),
             self._timelines.index_key(ListRef(ListKind.TIMELINE, user)),
-            self._celebrity_posts.set_key,
+            self._celebrity_posts.set_key(user),
             self._timelines.keys.deletions_key(user),
         ]
 
@@ -182,7 +182,7 @@ class TimelineFetch:
         if following is None:
             following = self._lists.read(following_ref)
 
-        celebrities = sorted(self._celebrity_posts.celebrities(found) & following)
+        celebrities = sorted(self._celebrity_posts.celebrities(user, found) & following)
         unread = [k for k in self._celebrity_posts.keys(celebrities) if k not in found]
         if unread:
             found.update(self._get(unread))

@@ -155,7 +155,7 @@ class PostBodies:
         self._cache = cache
         self._store = store
         self._keys = keys
-        self._mark_keys = keys.deletion_keys()
+        self._mark_keys = keys.copies("deletions")
         self._prefix = f"{keys.namespace}|{CODE}|"
         self._key_prefix = self._prefix.encode("ascii")
         self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
