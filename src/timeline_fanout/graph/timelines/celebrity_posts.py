@@ -7,7 +7,8 @@ hold what the store would answer:
 
 - ``{ns}|cp|{author}``: the author's newest ``cap`` posts as timeline members, newest first,
   separated by spaces;
-- ``{ns}|celebrities``: the celebrities, separated by spaces.
+- ``{ns}|celebrities|{n}``: the celebrities, separated by spaces, in 16 copies (a reader asks
+  the one its id hashes to; the consumer's refresh writes them all).
 
 They are cached answers, not token lists: written whole (SET), never appended to, rebuilt from
 the store by a reader that finds one missing (ADD, so a reader's rebuild never replaces a
