@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import add, eq, mod, mul
 from typing import Any, TypeVar
@@ -132,6 +132,10 @@ class _Job:
     # The reply line of a server that holds nothing and keeps nothing (what an unavailable
     # server's keys get: an eviction the callers already handle); None for a read.
     absent: bytes | None = None
+    # Whether a write of this job not taken by a server leaves its items stale. An ADD does
+    # not: it only creates, and a server without the item it would have created holds nothing
+    # the write would have changed.
+    stales: bool = True
 
     def unanswered(self, count: int) -> Any:
         """The replies of ``count`` commands to an unavailable server."""
@@ -156,6 +160,8 @@ class MemcacheCluster:
             bounds = TrustSettings() if timeout is None else TrustSettings(timeout_s=timeout)
             trust = ServerTrust(names, bounds)
         self._trust = trust
+        self._unanswered_seq = 0  # exchanges left unanswered, counted (``checkpoint``)
+        self._unanswered_at: dict[str, int] = {}  # per server, the count at its last one
         timeout = trust.settings.timeout_s
         self._clients: dict[str, Client] = {}
         self._pipes: dict[str, ServerPipe] = {}
@@ -191,12 +197,17 @@ class MemcacheCluster:
     def server_for(self, key: bytes) -> str:
         return self._ring.nodes[self._ring.owners([key])[0]]
 
-    def missed(self, keys: Sequence[bytes]) -> None:
-        """A writer skipped ``keys`` because their server was unavailable (a read that decides
-        a write missed them): that server missed writes and is revoked, as if they had been
-        sent (``CacheUnavailable`` if nothing can record it)."""
+    def checkpoint(self) -> int:
+        """A mark to pass to ``missed``: the exchanges left unanswered so far."""
+        return self._unanswered_seq
+
+    def missed(self, keys: Sequence[bytes], since: int) -> None:
+        """A writer skipped ``keys``: those whose server left an exchange unanswered after
+        ``since`` (a ``checkpoint``), or is unavailable now, may have been skipped because of
+        it (a read that decides a write missed them), so that server missed writes and is
+        revoked, as if they had been sent (``CacheUnavailable`` if nothing can record it)."""
         for node in sorted({self._ring.nodes[o] for o in self._ring.owners(keys)}):
-            if self._usable(node) is None:
+            if self._unanswered_at.get(node, 0) > since or self._usable(node) is None:
                 self._revoke(node)
 
     def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], Any]]:
@@ -281,8 +292,9 @@ class MemcacheCluster:
             index, mine, _ = queue.popleft()
             job = jobs[index]
             done.append((index, pipe, mine, job.unanswered(len(mine))))
-            if job.absent is not None:
+            if job.absent is not None and job.stales:
                 lost.add(node)
+            self._unanswered_at[node] = self._unanswered_seq = self._unanswered_seq + 1
 
     # -- epochs and guards (memcache/trust.py) -------------------------------------------------
 
@@ -296,17 +308,20 @@ class MemcacheCluster:
             return None
         if not trust.guarded:
             return b""
-        taken = trust.clock()
-        copies = self._guard_copies(node)
-        if not copies:
-            return None
-        epoch = trust.agreed([item.value if item else None for item in copies.values()])
-        if epoch is None:
-            epoch = self._repaired(node, copies) or self._fresh_epoch(node, copies)
-            if epoch is None:
+        for _ in range(2):  # again if a guard was slow: it is down now, and skipped
+            taken = trust.clock()
+            copies = self._guard_copies(node)
+            if not copies:
                 return None
-        trust.lease(node, epoch, taken)
-        return trust.epoch(node)
+            epoch = trust.agreed([item.value if item else None for item in copies.values()])
+            if epoch is None:
+                epoch = self._fresh_epoch(node, copies)
+                if epoch is None:
+                    return None
+            trust.lease(node, epoch, taken)
+            if (suffix := trust.epoch(node)) is not None:
+                return suffix
+        return None
 
     def _probe(self, node: str) -> bool:
         """Whether ``node`` answers now (``mn``, the meta no-op); a server stopped with SIGSTOP
@@ -325,9 +340,8 @@ class MemcacheCluster:
 
     def _on_guard(self, guard: str, job: _Job) -> Any | None:
         """One job's replies from one guard, its keys sent as they are (no epoch); None if the
-        guard does not answer (it is then down). A guard that was down is not asked until a
-        probe of its own brings it back (``_usable``), so reading epochs never waits on it."""
-        if self._trust.was_down(guard):
+        guard does not answer (it is then down) or is down and not yet due for a probe."""
+        if self._trust.is_down(guard):
             return None
         pipe = self._pipes[guard]
         try:
@@ -361,20 +375,8 @@ class MemcacheCluster:
     def _set_on(self, key: bytes, value: bytes, item: Item | None) -> _Job:
         """A write of ``value`` where ``item`` was read: CAS against it, or ADD where absent."""
         if item is None:
-            return _Job(_add_one, [key], ([value],), absent=_STORED_LINE)
+            return _Job(_add_one, [key], ([value],), absent=_STORED_LINE, stales=False)
         return _Job(cas_pipeline, [key], ([value], [item.cas], [0]), absent=b"NOT_FOUND\r\n")
-
-    def _repaired(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
-        """A guard that lost its copy (restarted) while another holds a valid epoch gets that
-        epoch back (ADD: a revocation written meanwhile wins); the epoch, or None."""
-        held = [item.value for item in copies.values() if item is not None]
-        missing = [guard for guard, item in copies.items() if item is None]
-        epoch = self._trust.agreed(held) if held else None
-        if epoch is None or not missing:
-            return None
-        key = epoch_key(node)
-        adds = {guard: self._set_on(key, epoch, None) for guard in missing}
-        return epoch if self._write_guards(node, adds) else None
 
     def _fresh_epoch(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
         """A new epoch for ``node``, only once a revocation has stood on its guards for a whole
@@ -409,6 +411,10 @@ class MemcacheCluster:
         revocation has run out. ``CacheUnavailable`` when no guard answers: then nothing
         records that its items are stale, and the caller must not go on."""
         trust = self._trust
+        if trust.guarded:  # every guard that answers must hold it: probe those left alone
+            for guard in trust.guards(node):
+                if trust.is_down(guard):
+                    self._probe(guard)
         copies = self._guard_copies(node) if trust.guarded else {}
         values = [item.value if item else None for item in copies.values()]
         if copies and not all(v is not None and v.startswith(REVOKED) for v in values):
@@ -458,7 +464,8 @@ class MemcacheCluster:
             return store_pipeline(command, keys, data, expire)
 
         absent = b"NOT_STORED\r\n" if command == b"append" else _STORED_LINE
-        return self._outcomes(_Job(build, list(values), (list(values.values()),), absent=absent))
+        job = _Job(build, list(values), (list(values.values()),), absent=absent)
+        return self._outcomes(replace(job, stales=command != b"add"))
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
         """STORED where the key was created; NOT_STORED where it already existed."""

@@ -20,10 +20,14 @@ class Cache(Protocol):
         others from the edge store and writes nothing for them."""
         ...
 
-    def missed(self, keys: Sequence[bytes]) -> None:
-        """A writer skipped ``keys`` because their server was unavailable: the server missed
-        writes and must never serve its items again (``CacheUnavailable`` if nothing can
-        record that)."""
+    def checkpoint(self) -> int:
+        """A mark to pass to ``missed``, taken before a write begins."""
+        ...
+
+    def missed(self, keys: Sequence[bytes], since: int) -> None:
+        """A writer skipped ``keys``: each whose server left an exchange unanswered since
+        ``since`` (a ``checkpoint``) or is unavailable now missed writes, and that server must
+        never serve its items again (``CacheUnavailable`` if nothing can record that)."""
         ...
 
     def wait(self, seconds: float) -> None:

@@ -326,7 +326,8 @@ class ListStore(TokenLists):
         ok = [a and b for a, b in pairs]
         if all(ok):
             return located
-        self.cache.missed([k for k, fine in zip(keys, usable, strict=True) if not fine])
+        unusable = [k for k, fine in zip(keys, usable, strict=True) if not fine]
+        self.cache.missed(unusable, self.cache.checkpoint())
         for at, fine in zip(located, ok, strict=True):
             if not fine:
                 left.broken[at.item.ref] = at.head

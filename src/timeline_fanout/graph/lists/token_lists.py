@@ -249,6 +249,7 @@ class TokenLists(abc.ABC):
     def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> None:
         """``apply`` for tokens already encoded."""
         self._skipped = set()
+        since = self.cache.checkpoint()
         refs = [ref for ref, data in tokens.items() if data]
         keys = dict(zip(refs, self.index_keys(refs), strict=True))
         # A list's tokens larger than a shard go in several waves (tokens commute), so no
@@ -256,11 +257,9 @@ class TokenLists(abc.ABC):
         pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
         for wave in range(max(map(len, pieces.values()), default=0)):
             self._settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
-        # A list skipped because its server was unavailable was not absent: it missed this
-        # write, and its server must never serve it again (memcache/trust.py).
-        skipped = [keys[ref] for ref in self._skipped]
-        usable = self.cache.available(skipped)
-        self.cache.missed([key for key, ok in zip(skipped, usable, strict=True) if not ok])
+        # A list skipped because its server left the write's reads unanswered was not absent:
+        # it missed this write, and its server must never serve it again (memcache/trust.py).
+        self.cache.missed([keys[ref] for ref in self._skipped], since)
         self._compact_written(self._sample(list(tokens)))
 
     @property

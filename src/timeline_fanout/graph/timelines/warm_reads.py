@@ -80,7 +80,10 @@ class ReplayCache:
         client refuses the others)."""
         return [True] * len(keys)
 
-    def missed(self, keys: Sequence[bytes]) -> NoReturn:
+    def checkpoint(self) -> NoReturn:
+        raise NotWarm("memcached")
+
+    def missed(self, keys: Sequence[bytes], since: int) -> NoReturn:
         raise NotWarm("memcached")
 
     def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
