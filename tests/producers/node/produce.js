@@ -17,7 +17,9 @@ const readline = require("readline");
 const Ajv2020 = require("ajv/dist/2020");
 const { Kafka, Partitioners, logLevel } = require("kafkajs");
 
-const SCHEMA = path.join(__dirname, "..", "..", "..", "schemas", "jsonschema", "event.json");
+const SCHEMA = path.join(
+  __dirname, "..", "..", "..", "src", "timeline_fanout", "schemas", "jsonschema", "event.json"
+);
 // Per type, the topic (PREFIX.<topic>) and the key field, as each type's schema describes them.
 const ROUTE = {
   follow: { topic: "graph", key: "followee" },

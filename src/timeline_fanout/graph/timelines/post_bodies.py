@@ -211,7 +211,7 @@ class PostBodies:
             _remember(got, stamp, now + self._expire)
         empty = [k for k in unread if k not in got]
         # Items on an unavailable server are answered from the store and not filled.
-        fillable = list(compress(empty, self._cache.available(empty)))
+        fillable = list(compress(empty, self._cache.available(empty))) if empty else []
         if fillable:
             self._cache.add_many(dict.fromkeys(fillable, FILLING), self._expire)
             got.update(self._cache.gets_many(fillable))
