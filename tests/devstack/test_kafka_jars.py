@@ -24,7 +24,7 @@ for jar in kafka_2.13-4.4.0 kafka-clients-4.4.0 scala-library-2.13.18; do
 done
 """
 
-FETCH = "from devstack.kafka_jars import fetch_jars; print(fetch_jars())"
+FETCH = "from timeline_fanout_devstack.kafka_jars import fetch_jars; print(fetch_jars())"
 
 
 @pytest.fixture
