@@ -26,10 +26,12 @@ not kept on the server itself but by its **guards**, the next one or two servers
   under the old epoch are never asked for again: they are garbage that expires.
 
 A fresh epoch makes the server look empty, which every layer already survives (an eviction).
-A guard that lost its copy (restarted) is repaired from the other guard when that one holds a
-valid epoch; without a second guard (two servers) the server gets a fresh epoch. One server
+A guard that lost its copy (restarted) makes the copies disagree: the server gets a fresh
+epoch (never the other guard's copy, which may have missed a revocation). A revocation is
+written to every guard that answers, probing those this process had left alone. One server
 alone has no guard and no epoch: it is used as it is, and when it is down writes fail
-(``CacheUnavailable``), as they must, since nowhere else could record the revocation.
+(``CacheUnavailable``), as they must, since nowhere else could record the revocation; with two
+servers, each is the other's only guard, so writes to one fail while the other is down.
 
 This module holds the state (pure, one per process, shared by the blocking and the event-loop
 clients); the cluster does the I/O.
