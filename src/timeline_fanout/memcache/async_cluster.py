@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from timeline_fanout.memcache.cluster import RendezvousRing
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
+from timeline_fanout.memcache.trust import ServerTrust, epoch_key
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
 # Keys held by remembered multi-GET plans (keys per server, and their commands: a warm read asks
@@ -249,10 +249,7 @@ class AsyncMemcache:
         if not self._addresses:
             raise ValueError("no memcached servers configured")
         self._ring = RendezvousRing(list(self._addresses))
-        if trust is None:
-            bounds = TrustSettings() if timeout is None else TrustSettings(timeout_s=timeout)
-            trust = ServerTrust(list(self._addresses), bounds)
-        self._trust = trust
+        self._trust = trust = trust or ServerTrust.of(list(self._addresses.values()), timeout)
         self._timeout = trust.settings.timeout_s
         self._connections: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Future[_Connection]] = {}

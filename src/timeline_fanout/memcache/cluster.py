@@ -29,7 +29,7 @@ import mmh3
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
-from timeline_fanout.memcache.trust import REVOKED, ServerTrust, TrustSettings, epoch_key
+from timeline_fanout.memcache.trust import REVOKED, ServerTrust, epoch_key
 from timeline_fanout.memcache.wire import (
     NOT_READ,
     CacheUnavailable,
@@ -155,11 +155,7 @@ class MemcacheCluster:
         trust: ServerTrust | None = None,
     ) -> None:
         servers = list(servers)
-        if trust is None:
-            names = [f"{host}:{port}" for host, port in servers]
-            bounds = TrustSettings() if timeout is None else TrustSettings(timeout_s=timeout)
-            trust = ServerTrust(names, bounds)
-        self._trust = trust
+        self._trust = trust = trust or ServerTrust.of(servers, timeout)
         self._unanswered_seq = 0  # exchanges left unanswered, counted (``checkpoint``)
         self._unanswered_at: dict[str, int] = {}  # per server, the count at its last one
         timeout = trust.settings.timeout_s

@@ -100,6 +100,13 @@ class ServerTrust:
         self._leases: dict[str, Lease] = {}
         self._revoked_seen: dict[str, tuple[float, tuple[bytes | None, ...]]] = {}
 
+    @classmethod
+    def of(cls, servers: Sequence[tuple[str, int]], timeout: float | None) -> ServerTrust:
+        """A process's trust in ``servers`` with the default bounds (``timeout``, if given, as
+        ``timeout_s``): what a client makes when it is given none to share."""
+        bounds = TrustSettings() if timeout is None else TrustSettings(timeout_s=timeout)
+        return cls([f"{host}:{port}" for host, port in servers], bounds)
+
     @property
     def guarded(self) -> bool:
         """Whether epochs are in use (two servers or more)."""
