@@ -28,6 +28,7 @@ import orjson
 from confluent_kafka.admin import AdminClient
 
 from timeline_fanout.kafka_log import logged
+from timeline_fanout.memcache import MemcacheCluster
 from timeline_fanout.producers import create_topics
 from timeline_fanout.schemas import Topics
 from timeline_fanout_devstack import kafka_node, mongo_server
@@ -331,6 +332,10 @@ def stack_up(
             )
         services.append(_start_broker(wanted, logs, deadline))
         memcached = ",".join(s.address for s in services[:-1])
+        # Epochs for the new servers now (memcache/trust.py): otherwise the first clients find
+        # none and read around the servers for a lease period while they are given one.
+        addresses = [s.address.rpartition(":") for s in services[:-1]]
+        MemcacheCluster([(host, int(port)) for host, _, port in addresses]).settle()
         state = StackState(services[-1].address, memcached, services, wanted)
         if edge_store == "mongodb":
             _add_ferretdb(state, logs, deadline)

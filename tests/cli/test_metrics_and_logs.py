@@ -117,7 +117,9 @@ def test_the_compactions_metric_counts_compactions(settings: Settings) -> None:
     """Unfollow churn on one list makes it dirty; the writers' sampled reads compact it."""
     churn = settings.model_copy(update={"list_compact_write_prob": 1.0, "list_dirty_min": 2})
     store = wiring.edge_store(churn)
-    wiring.list_store(churn, store).read(ListRef(ListKind.FOLLOWERS, "star"))  # cached
+    cache = wiring.cache_cluster(churn)
+    cache.settle()  # servers with epochs: a first start gives them one a lease period later
+    wiring.list_store(churn, store, cache).read(ListRef(ListKind.FOLLOWERS, "star"))  # cached
     with wiring.publisher(churn) as publisher:
         for kind in ("follow", "unfollow"):
             for i in range(40):
