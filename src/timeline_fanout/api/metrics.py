@@ -6,14 +6,18 @@ worker per replica, each scraped on its own)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from timeline_fanout.api.body import BodyBudget
 from timeline_fanout.api.recent import Recent
+from timeline_fanout.graph.lists.shared_reads import SharedReadStats
+from timeline_fanout.memcache.trust import ServerTrust
 
 # Reads served from memcached take a millisecond or less; a rebuild from the store or a
 # publish waiting for the broker's acks takes tens to thousands.
@@ -57,6 +61,11 @@ class ApiMetrics:
         """Export what ``budget`` holds, read when the metrics are rendered."""
         self.body_bytes.set_function(lambda: budget.held)
 
+    def watch_cache(self, trust: ServerTrust, store_reads: SharedReadStats) -> None:
+        """Export which cache servers this process goes around, and the reads it answered
+        from the edge store instead (shared between readers: graph/lists/shared_reads.py)."""
+        self.registry.register(_CacheHealth(trust, store_reads))
+
     def exposition(self) -> Response:
         """Rendered at most once a second (on the event loop, ~0.5 ms; api/recent.py)."""
         rendered = self._rendered.get() or self._rendered.put(generate_latest(self.registry))
@@ -95,3 +104,34 @@ class MetricsMiddleware:
             method = scope["method"] if scope["method"] in METHODS else "other"
             self.metrics.latency.labels(template, method).observe(time.perf_counter() - start)
             self.metrics.responses.labels(template, method, str(status)).inc()
+
+
+class _CacheHealth:
+    """Read when the metrics are rendered: ``ServerTrust`` is read without its cluster's lock,
+    which only ever costs a value one render old."""
+
+    def __init__(self, trust: ServerTrust, store_reads: SharedReadStats) -> None:
+        self._trust = trust
+        self._reads = store_reads
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked: the series are made at each render
+
+    def collect(self) -> Iterator[Metric]:
+        down = GaugeMetricFamily(
+            "fanout_api_cache_servers_down",
+            "Memcached servers this process goes around (down, or not seen answering since)",
+            value=sum(map(self._trust.was_down, self._trust.servers)),
+        )
+        yield down
+        yield CounterMetricFamily(
+            "fanout_api_store_reads",
+            "Lists and timelines answered from the edge store, not the cache (their server "
+            "unavailable, or a rebuild by another client taking too long)",
+            value=self._reads.reads,
+        )
+        yield CounterMetricFamily(
+            "fanout_api_store_read_queries",
+            "Store queries run for those reads (fewer: concurrent readers of a list share them)",
+            value=self._reads.queries,
+        )

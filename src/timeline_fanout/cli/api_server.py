@@ -26,6 +26,7 @@ from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.recorded_settings import load_settings
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph.lists.counts import list_counts
+from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.producers import EventPublisher
@@ -38,11 +39,15 @@ OPEN_REFUSED = (
 
 
 def open_backends(
-    settings: Settings, api: ApiSettings, memory: ReadMemory, trust: ServerTrust
+    settings: Settings,
+    api: ApiSettings,
+    memory: ReadMemory,
+    trust: ServerTrust,
+    shared: wiring.StoreReads,
 ) -> Callable[[], Backends]:
     """Opens one API thread's store, lists, timeline reader and (lazily) publisher; the
-    threads' readers share ``memory``, what they learnt of each user, and ``trust``, which
-    cache servers may be used."""
+    threads' readers share ``memory``, what they learnt of each user, ``trust``, which
+    cache servers may be used, and ``shared``, the store reads of lists whose server is not."""
     # The producer gives up on an event when the API stops waiting for it, so a timed-out
     # request leaves nothing queued behind it for the next one's delivery report.
     kafka_config = {
@@ -60,7 +65,7 @@ def open_backends(
     def opened() -> Backends:
         store = wiring.edge_store(settings)
         cache = wiring.cache_cluster(settings, trust)
-        reader = wiring.timeline_reader(settings, store, memory, cache)
+        reader = wiring.timeline_reader(settings, store, memory, cache, shared)
         counts = list_counts(store, reader.follow_lists)
         return Backends(store, reader, counts, publisher, lag)
 
@@ -91,8 +96,11 @@ def app_for(settings: Settings, api: ApiSettings) -> Starlette:
     users' reads in one shared memory."""
     memory = ReadMemory()
     trust = wiring.server_trust(settings)
+    shared: wiring.StoreReads = SharedReads()
     warm = wiring.warm_reads(settings, memory, api.page_memo_mb << 20, trust)
-    return create_app(api, open_backends(settings, api, memory, trust), warm)
+    app = create_app(api, open_backends(settings, api, memory, trust, shared), warm)
+    app.state.api.metrics.watch_cache(trust, shared.stats)
+    return app
 
 
 def is_loopback(host: str) -> bool:

@@ -14,7 +14,10 @@ from timeline_fanout.consumers.loop import Applier
 from timeline_fanout.consumers.metrics import ConsumerMetrics
 from timeline_fanout.graph import EdgeStore, ListSettings, ListStore, open_edge_store
 from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.token_lists import ListStats
+from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.keys import ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.fetch import ReadMemory
@@ -61,15 +64,27 @@ def cache_cluster(settings: Settings, trust: ServerTrust | None = None) -> Memca
     return MemcacheCluster(settings.memcached_servers, trust=trust or server_trust(settings))
 
 
-def list_store(settings: Settings, store: EdgeStore, cache: Cache | None = None) -> ListStore:
-    """Follower and following lists (on a cluster of their own unless ``cache`` is given)."""
+StoreReads = SharedReads[ListRef, Snapshot]
+
+
+def list_store(
+    settings: Settings,
+    store: EdgeStore,
+    cache: Cache | None = None,
+    shared: StoreReads | None = None,
+) -> ListStore:
+    """Follower and following lists (on a cluster of their own unless ``cache`` is given;
+    ``shared``: store reads shared with the process's other threads)."""
     cache = cache or cache_cluster(settings)
-    return ListStore(cache, store, _list_settings(settings))
+    return ListStore(cache, store, _list_settings(settings), shared=shared)
 
 
-def timeline_store(settings: Settings, store: EdgeStore, cache: Cache) -> CappedListStore:
+def timeline_store(
+    settings: Settings, store: EdgeStore, cache: Cache, shared: StoreReads | None = None
+) -> CappedListStore:
     source = TimelineSource(store, settings.timeline_max)
-    return CappedListStore(cache, source, _list_settings(settings, cap=settings.timeline_max))
+    list_settings = _list_settings(settings, cap=settings.timeline_max)
+    return CappedListStore(cache, source, list_settings, shared=shared)
 
 
 def celebrity_posts(
@@ -89,10 +104,12 @@ def timeline_reader(
     store: EdgeStore,
     memory: ReadMemory | None = None,
     cache: Cache | None = None,
+    shared: StoreReads | None = None,
 ) -> TimelineReader:
-    """``memory``: shared by the readers of one process's threads (graph/timelines/fetch.py)."""
-    follow_lists = list_store(settings, store, cache)
-    timelines = timeline_store(settings, store, follow_lists.cache)
+    """``memory`` and ``shared``: shared by the readers of one process's threads
+    (graph/timelines/fetch.py, graph/lists/shared_reads.py)."""
+    follow_lists = list_store(settings, store, cache, shared)
+    timelines = timeline_store(settings, store, follow_lists.cache, shared)
     celebrities = celebrity_posts(settings, store, timelines)
     return TimelineReader(
         store, follow_lists, timelines, settings.timeline_max, celebrities, memory

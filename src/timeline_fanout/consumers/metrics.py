@@ -78,7 +78,13 @@ class ConsumerMetrics:
         self._source = source
         self._lists = lists
         self._fanout = fanout
-        self._seen = {"rebuilds": 0, "compactions": 0, "deliveries": 0, "skipped": 0}
+        self._seen = {
+            "rebuilds": 0,
+            "compactions": 0,
+            "deliveries": 0,
+            "skipped": 0,
+            "degraded_reads": 0,
+        }
         labels = ["consumer"]
         r = self.registry
         self.events = Counter(
@@ -106,6 +112,12 @@ class ConsumerMetrics:
             "fanout_list_rebuilds", "lists rebuilt from the edge store", labels, registry=r
         )
         self.compactions = Counter("fanout_list_compactions", "lists compacted", labels, registry=r)
+        self.degraded_reads = Counter(
+            "fanout_list_degraded_reads",
+            "lists read from the edge store because their memcached server is unavailable",
+            labels,
+            registry=r,
+        )
         self.dead_lettered = Counter(
             "fanout_dead_lettered",
             "messages sent to the dead-letter topic; stage: decode (bad input) or apply (poison)",
@@ -136,6 +148,8 @@ class ConsumerMetrics:
         self.rebuilds.labels(c).inc(self._delta("rebuilds", sum(s.rebuilds for s in self._lists)))
         compactions = sum(s.compactions for s in self._lists)
         self.compactions.labels(c).inc(self._delta("compactions", compactions))
+        degraded = sum(s.degraded_reads for s in self._lists)
+        self.degraded_reads.labels(c).inc(self._delta("degraded_reads", degraded))
         if self._fanout is not None:
             self.deliveries.labels(c).inc(self._delta("deliveries", self._fanout.deliveries))
             self.skipped.labels(c).inc(self._delta("skipped", self._fanout.skipped))

@@ -22,6 +22,7 @@ from itertools import compress
 from typing import Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
+from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.tokens import DecodedList, encode, split_tokens
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import KeySpace, ListRef
@@ -116,9 +117,13 @@ class TokenLists(abc.ABC):
         source: MemberSource,
         settings: ListSettings | None = None,
         rng: random.Random | None = None,
+        shared: SharedReads[ListRef, Snapshot] | None = None,
     ) -> None:
+        """``shared``: store reads shared with the other threads' lists on the same edge store
+        (graph/lists/shared_reads.py); one of its own if None."""
         self.cache = cache
         self.source = source
+        self.shared = shared or SharedReads()
         self.settings = settings or ListSettings()
         self.keys = KeySpace(self.settings.namespace)
         self.stats = ListStats()
@@ -211,15 +216,21 @@ class TokenLists(abc.ABC):
             if todo:
                 self.stats.retries += 1
         for ref in todo:  # still not readable from the cache: the store is the answer
-            result[ref] = frozenset(self.source.snapshot(ref).members)
+            result[ref] = self._from_store(ref)
             self.stats.store_reads += 1
         return result
 
     def _from_source(self, refs: Sequence[ListRef], result: dict[ListRef, frozenset[str]]) -> None:
         """Lists whose server is unavailable, from the source, with nothing written."""
         for ref in refs:
-            result[ref] = frozenset(self.source.snapshot(ref).members)
+            result[ref] = self._from_store(ref)
         self.stats.degraded_reads += len(refs)
+
+    def _from_store(self, ref: ListRef) -> frozenset[str]:
+        """``ref``'s members from the source, by a query shared with concurrent readers of the
+        same list (no herd on the store while its server is down)."""
+        source = self.source
+        return frozenset(self.shared.read(ref, lambda: source.snapshot(ref)).members)
 
     def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
         """What the cache holds for each list that is cached and not being built; nothing is
