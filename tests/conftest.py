@@ -1,4 +1,4 @@
-"""Shared fixtures: one real local stack (a broker + 2 memcached) per test session.
+"""Shared fixtures: one real local stack (a broker + 3 memcached) per test session.
 
 The broker is Apache Kafka where Java is present and its jars are cached (``.ci/bootstrap``
 fetches them), Tansu otherwise; ``FANOUT_BROKER`` decides explicitly (see

@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -37,7 +37,7 @@ from timeline_fanout_devstack.home import fanout_home, stack_file
 from timeline_fanout_devstack.kafka_jars import KafkaJarsError
 from timeline_fanout_devstack.ports import free_port, listens
 
-MEMCACHED_SERVERS = 2
+MEMCACHED_SERVERS = 3
 EdgeStoreKind = Literal["sqlite", "mongodb"]
 PORT_ATTEMPTS = 5  # a port lost to another process is picked again, this many times at most
 
@@ -236,36 +236,53 @@ def _add_ferretdb(state: StackState, logs: Path, deadline: float) -> None:
     state.edge_store = mongo_server.database_url(svc.address)
 
 
-def restart_memcached(name: str, down_for: float = 0.0) -> Service:
-    """Kill one memcached server of the recorded stack and start an empty one on the same port:
-    what a crash and a supervisor's restart look like to the clients."""
+def _recorded_memcached(name: str) -> tuple[StackState, Service]:
     state = StackState.load(stack_file())
     if state is None:
         raise StackError("no local stack recorded")
-    old = next(s for s in state.services if s.name == name)
+    return state, next(s for s in state.services if s.name == name)
+
+
+@contextlib.contextmanager
+def memcached_killed(name: str) -> Iterator[None]:
+    """One memcached server of the recorded stack SIGKILLed for the block, then an empty one
+    started on the same port: what a crash and a supervisor's restart look like to the
+    clients."""
+    state, old = _recorded_memcached(name)
     _kill(old.pid)
-    time.sleep(down_for)
-    port = int(old.address.rpartition(":")[2])
-    logs, deadline = fanout_home() / "logs", time.monotonic() + 10
-    new = start_listening(name, memcached_argv, memcached_answers, logs, deadline, port)
-    state.services = [new if s.name == name else s for s in state.services]
-    state.save(stack_file())
-    return new
+    try:
+        yield
+    finally:
+        port = int(old.address.rpartition(":")[2])
+        logs, deadline = fanout_home() / "logs", time.monotonic() + 10
+        new = start_listening(name, memcached_argv, memcached_answers, logs, deadline, port)
+        state.services = [new if s.name == name else s for s in state.services]
+        state.save(stack_file())
+
+
+@contextlib.contextmanager
+def memcached_stopped(name: str) -> Iterator[None]:
+    """One memcached server of the recorded stack stopped for the block (SIGSTOP: the kernel
+    still accepts connections, nothing answers), then let go on with every item it held: what
+    a hung or partitioned server looks like to the clients."""
+    _, service = _recorded_memcached(name)
+    os.kill(service.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(service.pid, signal.SIGCONT)
+
+
+def restart_memcached(name: str, down_for: float = 0.0) -> None:
+    """``memcached_killed`` for ``down_for`` seconds."""
+    with memcached_killed(name):
+        time.sleep(down_for)
 
 
 def hang_memcached(name: str, for_s: float) -> None:
-    """Stop one memcached server of the recorded stack (SIGSTOP: the kernel still accepts
-    connections, nothing answers) for ``for_s`` seconds, then let it go on with every item it
-    held: what a hung or partitioned server looks like to the clients."""
-    state = StackState.load(stack_file())
-    if state is None:
-        raise StackError("no local stack recorded")
-    pid = next(s for s in state.services if s.name == name).pid
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    """``memcached_stopped`` for ``for_s`` seconds."""
+    with memcached_stopped(name):
         time.sleep(for_s)
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def stack_status(state: StackState | None) -> dict[str, bool]:

@@ -41,7 +41,7 @@ def test_up_twice_status_followers_down(tmp_path: Path) -> None:
     first = fanout(home, "stack", "up")
     assert first.returncode == 0, first.stderr
     state = StackState.load(home / "stack.json")
-    assert state is not None and len(state.memcached.split(",")) == 2
+    assert state is not None and len(state.memcached.split(",")) == 3
     assert state.broker == BROKER  # FANOUT_BROKER, as the session's stack
     again = fanout(home, "stack", "up")
     assert again.returncode == 0 and StackState.load(home / "stack.json") == state

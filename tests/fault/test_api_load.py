@@ -10,7 +10,6 @@ Long, so off by default: ``FANOUT_LOAD_MINUTES=10`` runs it for ten minutes (fra
 
 from __future__ import annotations
 
-import http.client
 import os
 import random
 import threading
@@ -25,6 +24,7 @@ import orjson
 import pytest
 
 from bench.server import api_server
+from tests.fault.api_client import READ_LIMIT, Client, through_the_api
 from tests.fault.harness import ConsumerProcess, Model, compare, fault_settings, record
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph.timelines.reader import TimelineEntry
@@ -34,7 +34,6 @@ MINUTES = float(os.environ.get("FANOUT_LOAD_MINUTES", "0") or 0)
 USERS = 60
 READERS = 4
 BATCH = 20  # events per POST
-READ_LIMIT = 10  # the readers' page: shorter than most timelines, so it is not all of one
 OUTAGE_EVERY_S = min(30.0, MINUTES * 60 / 3)  # at least two outages in any run
 DOWN_FOR_S = 3.0
 GRACE_S = 2.0  # after a restart, in-flight requests may still see the outage
@@ -64,27 +63,6 @@ class Traffic:
 
     def in_outage(self, at: float) -> bool:
         return any(start <= at <= end + GRACE_S for start, end in self.outages)
-
-
-class Client:
-    """One keep-alive connection; a dropped one is reopened (the server is never restarted,
-    so a socket error is unexpected and counted)."""
-
-    def __init__(self, base: str) -> None:
-        self.host, _, port = base.removeprefix("http://").partition(":")
-        self.port = int(port)
-        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-
-    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        headers = {"content-type": "application/json"} if body is not None else {}
-        try:
-            self.conn.request(method, path, body, headers)
-            response = self.conn.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException):
-            self.conn.close()
-            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-            return 599, b"connection error"
 
 
 def write(base: str, model: Model, traffic: Traffic, stop: threading.Event) -> None:
@@ -150,28 +128,6 @@ def restart_memcached(traffic: Traffic, stop: threading.Event) -> None:
         with traffic.lock:
             traffic.outages[-1] = (traffic.outages[-1][0], time.monotonic())
         which += 1
-
-
-def through_the_api(base: str, model: Model) -> Counter[str]:
-    """Every user's timeline and lists as the API serves them, against the model."""
-    client, found = Client(base), Counter[str]()
-    for user in sorted(model.users):
-        timeline = model.timeline(user)
-        # The whole timeline, and the page the readers asked for all along: a page remembered
-        # by a server process (graph/timelines/page_memo.py) must not outlive a change under load.
-        for limit in (model.cap, READ_LIMIT):
-            status, body = client.call("GET", f"/v1/timelines/{user}?limit={limit}")
-            posts = orjson.loads(body)["posts"] if status == 200 else []
-            got = [TimelineEntry(p["ts"], p["author"], p["post_id"]) for p in posts]
-            found["api_timeline_wrong"] += got != timeline[:limit]
-        for kind, expected in (
-            ("followers", model.followers(user)),
-            ("following", model.following(user)),
-        ):
-            status, body = client.call("GET", f"/v1/users/{user}/{kind}?limit=1000")
-            members = set(orjson.loads(body)["members"]) if status == 200 else set()
-            found[f"api_{kind}_wrong"] += members != expected
-    return found
 
 
 def test_mixed_load_with_memcached_restarts_answers_only_503_and_ends_exact(

@@ -38,7 +38,7 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 @pytest.fixture
 def servers(local_stack: StackState, cache: MemcacheCluster) -> Servers:
-    """The fixture stack's two memcached servers, flushed (through ``cache``)."""
+    """The fixture stack's three memcached servers, flushed (through ``cache``)."""
     return Settings(memcached=local_stack.memcached).memcached_servers
 
 
@@ -152,7 +152,7 @@ def test_replies_equal_to_the_expected_ones_are_not_parsed_and_any_change_is(
         client = AsyncMemcache(servers)
         try:
             first = await client.gets_replies(keys)
-            assert first.found is not None and len(first.raw) == 2
+            assert first.found is not None and len(first.raw) == len(cache.servers)
             assert {k: v.value for k, v in first.found.items()} == values
             same = first.unparsed()
             assert await client.gets_replies(keys, first) == same
@@ -421,6 +421,29 @@ def test_a_stopped_server_fails_calls_and_a_call_after_the_retry_interval_reconn
             client.close()
 
     uvloop.run(main())
+
+
+def test_a_server_whose_guards_are_both_down_is_unavailable_at_once_never_a_call_left_waiting(
+    servers: Servers, cache: MemcacheCluster
+) -> None:
+    """No lease can be read for it (its epoch lives on its guards), so there is nothing to
+    send: the call must fail, not wait for replies that no server was asked for."""
+    names = sorted(f"{host}:{port}" for host, port in servers)
+    lone, *guards = names
+    keys = [k for k in (b"g%d" % i for i in range(200)) if cache.server_for(k) == lone][:5]
+    trust = ServerTrust(names, TrustSettings(timeout_s=TIMEOUT))
+    for guard in guards:
+        trust.mark_down(guard)
+
+    async def main() -> None:
+        client = AsyncMemcache(servers, trust=trust)
+        try:
+            with pytest.raises(CacheUnavailable):
+                await asyncio.wait_for(client.gets_many(keys), 5)
+        finally:
+            client.close()
+
+    run_on_both_loops(main)
 
 
 def test_a_call_cancelled_while_connecting_does_not_strand_the_calls_that_joined_it(

@@ -153,9 +153,9 @@ def test_an_item_read_without_its_versions_is_never_written_back(cache: Memcache
     assert cache.gets_many([b"k"])[b"k"].value == b"+a "
 
 
-def test_keys_spread_over_both_servers(cache: MemcacheCluster) -> None:
+def test_keys_spread_over_every_server(cache: MemcacheCluster) -> None:
     owners = {cache.server_for(b"key%d" % i) for i in range(100)}
-    assert owners == set(cache.servers) and len(owners) == 2
+    assert owners == set(cache.servers) and len(owners) == 3
 
 
 def test_a_lone_server_that_does_not_answer_fails_writes_and_misses_reads(
@@ -245,7 +245,7 @@ def test_reads_take_values_by_length_whatever_bytes_they_hold(cache: MemcacheClu
 def test_versions_probe_every_server_and_name_the_one_down(
     cache: MemcacheCluster, refused: Refused
 ) -> None:
-    assert len(cache.versions()) == 2 and all(v for v in cache.versions().values())
+    assert len(cache.versions()) == 3 and all(v for v in cache.versions().values())
     down = MemcacheCluster([refused.pair], timeout=0.5)
     with pytest.raises(CacheUnavailable, match=r"memcached 127\.0\.0\.1:"):
         down.versions()

@@ -309,6 +309,8 @@ class AsyncMemcache:
             for guard in trust.guards(node):
                 if not trust.was_down(guard):
                     asked.setdefault(guard, []).append(epoch_key(node))
+        if not asked:  # every guard is down: no lease to take here
+            return
         plan = tuple(
             _Part(guard, keys, meta_get_pipeline(keys, writable=False), b"")
             for guard, keys in asked.items()
@@ -326,7 +328,10 @@ class AsyncMemcache:
     async def _exchange(
         self, plan: tuple[_Part, ...], expected: tuple[bytes, ...] | None, remember: bool
     ) -> list[_Waiting]:
-        """Every part of ``plan`` sent, then all awaited; a server that fails is down."""
+        """Every part of ``plan`` sent, then all awaited; a server that fails is down. An empty
+        plan is answered at once (a call with no part would never complete)."""
+        if not plan:
+            return []
         call = _Call(asyncio.get_running_loop().create_future(), len(plan))
         parts: list[_Waiting] = []
         try:

@@ -12,7 +12,7 @@ from timeline_fanout_devstack.home import stack_file
 
 
 def add_parser(sub: Subcommands) -> None:
-    p = sub.add_parser("stack", help="the local stack (Apache Kafka or Tansu + 2 memcached)")
+    p = sub.add_parser("stack", help="the local stack (Apache Kafka or Tansu + 3 memcached)")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument(
         "--broker",
