@@ -2,11 +2,14 @@
 empty, hung (SIGSTOP) and resumed, against all three up in the same run.
 
 Three memcached processes of the benchmark's own and a SQLite edge store; one process reads
-random follower and following lists (each read checked against the store) and writes follows
-and unfollows between reads, as the graph consumer does (store first, then tokens). Per phase:
-reads/s, read p50/p99, edge-store queries/s (rebuilds and reads answered from the store), write
-events/s and the share of reads that were exact. The first phase, all servers up, is the
-baseline. The bounds are this benchmark's (0.3 s timeout, retry and lease), so phases are short.
+random follower and following lists (each read checked against the store), writes follows
+and unfollows between reads, as the graph consumer does (store first, then tokens), and
+delivers a post to every user's timeline after each write, as the fan-out consumer does. Per
+phase: reads/s, read p50/p99, edge-store queries/s (rebuilds and reads answered from the
+store), write events/s, the time a post takes to reach every timeline on a server that is up
+(the delivery lag of the healthy servers' timelines) and the share of reads that were exact.
+The first phase, all servers up, is the baseline. The bounds are this benchmark's (0.3 s
+timeout, retry and lease), so phases are short.
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ from pathlib import Path
 from bench.report import Report, percentiles
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph import ListSettings, ListStore
+from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
+from timeline_fanout.graph.timelines.entries import TimelineEntry
+from timeline_fanout.graph.timelines.reader import TimelineSource
 from timeline_fanout.memcache import MemcacheCluster
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout_devstack.memcached_processes import end, own_server, start, stop
 
 BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3, lease_s=0.3)
+CAP = 800  # entries a timeline keeps
 
 
 class CountedStore:
@@ -52,12 +60,24 @@ class Load:
     READS_PER_WRITE = 10
     WRITE_BATCH = 20
 
-    def __init__(self, users: int, store: SqliteEdgeStore, lists: ListStore) -> None:
+    def __init__(
+        self, users: int, store: SqliteEdgeStore, lists: ListStore, timelines: CappedListStore
+    ) -> None:
         self.users = [f"u{i}" for i in range(users)]
         self.store = store
         self.lists = lists
+        self.timelines = timelines
         self.rng = random.Random(7)
         self.pos = 0
+        self.posts = 0
+
+    def deliver(self) -> float:
+        """One post delivered to every user's timeline; the seconds it took."""
+        self.posts += 1
+        entry = TimelineEntry(self.posts, "author", f"p{self.posts}")
+        started = time.perf_counter()
+        self.timelines.deliver([(token(True, entry.member), self.users)])
+        return time.perf_counter() - started
 
     def write(self, events: int) -> None:
         changes = []
@@ -79,6 +99,7 @@ class Load:
         queries, reads, exact, written = source.queries, [], 0, 0
         started = time.perf_counter()
         write_s = 0.0
+        delivered: list[float] = []
         while time.perf_counter() - started < seconds:
             for _ in range(self.READS_PER_WRITE):
                 kind = self.rng.choice((ListKind.FOLLOWERS, ListKind.FOLLOWING))
@@ -91,15 +112,19 @@ class Load:
             self.write(self.WRITE_BATCH)
             write_s += time.perf_counter() - t
             written += self.WRITE_BATCH
+            delivered.append(self.deliver())
         elapsed = time.perf_counter() - started
         read_s = sum(reads)
         stats = percentiles(reads)
+        delivery = percentiles(delivered)
         return {
             "reads_per_s": round(len(reads) / read_s, 1),
             "read_p50_ms": stats["p50_ms"],
             "read_p99_ms": stats["p99_ms"],
             "store_queries_per_s": round((source.queries - queries) / elapsed, 1),
             "write_events_per_s": round(written / write_s, 1),
+            "delivery_p50_ms": delivery["p50_ms"],
+            "delivery_p99_ms": delivery["p99_ms"],
             "exact_share": round(exact / len(reads), 4),
         }
 
@@ -112,13 +137,15 @@ def run(settings: Settings, report: Report) -> None:
         addresses = [address for _, address in servers]
         trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
         counted = CountedStore(store)
-        lists = ListStore(
-            MemcacheCluster(addresses, trust=trust), counted, ListSettings(namespace="bfo")
-        )
-        load = Load(users, store, lists)
+        cache = MemcacheCluster(addresses, trust=trust)
+        lists = ListStore(cache, counted, ListSettings(namespace="bfo"))
+        capped = ListSettings(namespace="bfo", max_members=CAP)
+        timelines = CappedListStore(cache, TimelineSource(store, CAP), capped)
+        load = Load(users, store, lists, timelines)
         load.write(10 * users)
         kinds = (ListKind.FOLLOWERS, ListKind.FOLLOWING)
         lists.read_many([ListRef(k, u) for u in load.users for k in kinds])
+        timelines.read_many([ListRef(ListKind.TIMELINE, u) for u in load.users])
         proc, (_, port) = servers[0]
         for name, change in _phases(proc, port):
             change()
