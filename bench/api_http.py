@@ -23,6 +23,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.key_reads import watching
 from bench.report import Report
 from bench.server import api_server
 from bench.wrk import WrkError, WrkResult, run_wrk
@@ -68,11 +69,13 @@ def run(settings: Settings, report: Report) -> None:
             _warm(base, author_paths, passes * len(paths))
             results = _measure(base, paths, seconds, rounds, CONNECTIONS)
             authors = _measure(base, author_paths, seconds, rounds, SIDE_CONNECTIONS)
+            report.add(**_key_reads("timeline", base, paths, s))
         # The same reads with no page memo: what a read costs when its page changed since the
         # worker last rendered it (every read walked and rendered).
         with api_server(s, "--workers", workers, FANOUT_API_PAGE_MEMO_MB="0") as base:
             _warm(base, paths, passes * len(paths))
             walked = _measure(base, paths, seconds, rounds, SIDE_CONNECTIONS)
+            report.add(**_key_reads("walked_timeline", base, paths, s))
     bars = []
     for c, pairs in authors.items():
         report.add(**_side_row("author_pages", c, pairs))
@@ -160,6 +163,19 @@ def _materialise(s: Settings, names: list[str]) -> float:
     finally:
         store.close()
     return round(time.perf_counter() - started, 1)
+
+
+def _key_reads(name: str, base: str, paths: list[str], s: Settings) -> dict[str, Any]:
+    """A c=16 run with every memcached server's fetches counted per key: no key may be on
+    every read (the hottest key's fetches per request is the figure)."""
+    with watching(s.memcached_servers) as fetches:
+        requests = run_wrk(base, paths, 16, 2.0).requests
+    return {
+        f"{name}_requests_watched": requests,
+        f"{name}_fetches_per_request": round(sum(fetches.per_key.values()) / max(requests, 1), 2),
+        f"{name}_hottest_keys": fetches.hottest(requests),
+        f"{name}_watch_lines_skipped": fetches.skipped,
+    }
 
 
 def _warm(base: str, paths: list[str], reads: int) -> None:
