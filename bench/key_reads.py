@@ -64,9 +64,9 @@ def watching(servers: Sequence[tuple[str, int]]) -> Iterator[KeyFetches]:
                 return
             lines = (rest + chunk).split(b"\n")
             rest = lines.pop()
-            keys = Counter(
-                m.group(1).rpartition(b"@")[0] or m.group(1) for m in map(_KEY.search, lines) if m
-            )
+            # The log escapes keys as URLs do ("|" is %7C, "@" %40).
+            found = [urllib.parse.unquote_to_bytes(m[1]) for m in map(_KEY.search, lines) if m]
+            keys = Counter(key.rpartition(b"@")[0] or key for key in found)
             dropped = sum(int(m.group(1)) for m in map(_SKIPPED.search, lines) if m)
             with lock:
                 fetches.per_key.update(keys)
