@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from timeline_fanout.graph.lists.capped import CappedListStore
 from timeline_fanout.graph.lists.sharded import ListStore
+from timeline_fanout.graph.lists.tokens import CorruptList, CorruptMember
 from timeline_fanout.graph.model.edges import EdgeStore, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
@@ -143,7 +144,7 @@ class TimelineReader:
         cursor = None if before is None else before.member
         try:
             return self._read(user, limit, cursor)
-        except (ValueError, IndexError):  # CorruptList, a time not a number, a member without "!"
+        except (CorruptList, CorruptMember):
             self.timelines.invalidate([ListRef(ListKind.TIMELINE, user)])
             return self._read(user, limit, cursor)
 
@@ -151,7 +152,7 @@ class TimelineReader:
         got = self.fetcher.fetch(user)
         try:
             return self._shown(user, got, limit, cursor)
-        except (ValueError, IndexError):
+        except (CorruptList, CorruptMember):
             # The bad member may be in a celebrity's posts item as well as in the timeline:
             # those are rebuilt from the store by the read that ``read`` tries next.
             self.celebrity_posts.drop(got.celebrities)

@@ -108,8 +108,8 @@ def _unfiltered(
         or (gone and not gone.isdisjoint(map("!".join, zip(authors, post_ids, strict=True))))
     ):
         return None
-    return list(
-        map(
-            _tuple, repeat(TimelineEntry), zip(map(int, parts[::3]), authors, post_ids, strict=True)
-        )
-    )
+    try:
+        times = list(map(int, parts[::3]))
+    except ValueError:  # not a member of ours: the walk names it (``CorruptMember``)
+        return None
+    return list(map(_tuple, repeat(TimelineEntry), zip(times, authors, post_ids, strict=True)))

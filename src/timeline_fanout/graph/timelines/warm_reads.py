@@ -18,8 +18,8 @@ list's shards after its head), a newly followed celebrity adds one. Anything els
 regeneration, a compaction, dropping a corrupt item, a wait for a list being built, a store query)
 raises ``NotWarm`` without keys: the read returns None, having changed nothing but the shared
 ``ReadMemory``, and the caller does the whole read the blocking way (which heals what needs
-healing). A corrupt member (``ValueError``, ``IndexError``) is None too: the blocking read drops
-and regenerates the item.
+healing). A corrupt item (``CorruptList``, ``CorruptMember``) is None too: the blocking read
+drops and regenerates it.
 
 The remembered read is taken once, before the batch is sent, and the same value builds the
 batch and judges it: graph/timelines/fetch.py's argument needs the batch sent after the
@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import NoReturn, TypeVar
 
+from timeline_fanout.graph.lists.tokens import CorruptList, CorruptMember
 from timeline_fanout.graph.model.edges import EdgeChange, PostKey, PostRecord, PostRef
 from timeline_fanout.graph.model.keys import ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPage
@@ -321,7 +322,7 @@ class WarmReads:
                     break
             except BadCursor:
                 raise
-            except (ValueError, IndexError):  # a corrupt member: the blocking read heals it
+            except (CorruptList, CorruptMember):  # the blocking read heals it
                 break
             finally:
                 self._replay.replay([])
