@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from timeline_fanout_devstack.stack import StackState, memcached_answers
+from timeline_fanout_devstack.stack import MEMCACHED_SERVERS, StackState, memcached_answers
 
 STACKS = 4
 
@@ -52,7 +52,7 @@ def test_stacks_started_together_on_a_cold_machine_each_get_their_own_servers(
         assert [p.returncode for p in starts] == [0] * STACKS, outputs
         states = [StackState.load(h / "stack.json") for h in homes]
         services = [svc for state in states if state for svc in state.services]
-        assert len(services) == STACKS * 3
+        assert len(services) == STACKS * (MEMCACHED_SERVERS + 1)  # and a broker
         assert len({svc.address for svc in services}) == len(services)  # nothing shared
         assert all(memcached_answers(s.address) for s in services if s.name != "tansu")
         cached = list((home / ".calfkit" / "bin").iterdir())

@@ -289,10 +289,21 @@ class AsyncMemcache:
         if not asked:
             return (), []
         plan = self._plans.get(asked)
-        if plan is None or any(self._trust.epoch(p.node) != p.suffix for p in plan):
+        if plan is None or self._outlived(plan):
             await self._take_leases()
             plan = self._plan(asked, remember)
-        return plan, await self._exchange(plan, expected, remember)
+        parts = await self._exchange(plan, expected, remember)
+        if self._outlived(plan):  # a lease ran out while the replies came: are they current?
+            await self._take_leases()
+            if outlived := self._outlived(plan):
+                raise CacheUnavailable(f"memcached {outlived[0]}: its epoch changed mid-read")
+        return plan, parts
+
+    def _outlived(self, plan: tuple[_Part, ...]) -> list[str]:
+        """The servers of ``plan`` not under a lease on the epoch it was made with (replies
+        read after a lease ran out may be from an epoch revoked since: the blocking client's
+        ``_outlived`` says why)."""
+        return [p.node for p in plan if self._trust.epoch(p.node) != p.suffix]
 
     async def _take_leases(self) -> None:
         """Leases on the servers that have none and are not down, read from their guards in

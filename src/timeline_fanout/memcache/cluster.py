@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import add, eq, mod, mul
 from typing import Any, TypeVar
@@ -131,11 +131,11 @@ class _Job:
     values: bool = False  # replies carry values (meta gets), not one line each
     # The reply line of a server that holds nothing and keeps nothing (what an unavailable
     # server's keys get: an eviction the callers already handle); None for a read.
+    # A write (any: an ADD too) that a server did not answer may have been taken, or may be
+    # taken late, when a hung server resumes and runs what waited in its socket: an ADD built
+    # from what the store held then can create an item older than a later write. So the
+    # server's epoch is revoked for every unanswered write.
     absent: bytes | None = None
-    # Whether a write of this job not taken by a server leaves its items stale. An ADD does
-    # not: it only creates, and a server without the item it would have created holds nothing
-    # the write would have changed.
-    stales: bool = True
 
     def unanswered(self, count: int) -> Any:
         """The replies of ``count`` commands to an unavailable server."""
@@ -245,6 +245,7 @@ class MemcacheCluster:
             self._trust.mark_down(node)
             queues[node].extendleft((i, m, []) for i, m in reversed(flying[node]))
             flying[node].clear()
+            suffixes.pop(node, None)
             self._unanswered(node, queues[node], jobs, done, lost)
 
         while any(queues.values()) or any(flying.values()):
@@ -269,9 +270,30 @@ class MemcacheCluster:
                     failed(node)
                 else:
                     in_flight.popleft()
+        for node in self._outlived(suffixes):
+            again: deque[tuple[int, list[bytes], list[list[Any]]]] = deque(
+                (i, keys, []) for i, pipe, keys, _ in done if pipe.name == node
+            )
+            done = [entry for entry in done if entry[1].name != node]
+            self._unanswered(node, again, jobs, done, lost)
         for node in sorted(lost):
             self._revoke(node)
         return done
+
+    def _outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
+        """Servers whose lease, checked before the exchange, ran out before its end, and whose
+        epoch is not the one the exchange used any more: their replies are treated as
+        unanswered. A lease guarantees that its epoch is not revoked with a commit behind the
+        revocation only while it lasts (memcache/trust.py), and a request may be sent, and
+        answered, up to a timeout after its lease was checked (a guard of another server read
+        meanwhile may hang): an answer from a revoked epoch, arriving after the revoking writer
+        committed, would miss that writer's write."""
+        trust = self._trust
+        return [
+            node
+            for node, suffix in suffixes.items()
+            if suffix and trust.epoch(node) != suffix and self._usable(node) != suffix
+        ]
 
     def _unanswered(
         self,
@@ -288,7 +310,7 @@ class MemcacheCluster:
             index, mine, _ = queue.popleft()
             job = jobs[index]
             done.append((index, pipe, mine, job.unanswered(len(mine))))
-            if job.absent is not None and job.stales:
+            if job.absent is not None:
                 lost.add(node)
             self._unanswered_at[node] = self._unanswered_seq = self._unanswered_seq + 1
 
@@ -371,7 +393,7 @@ class MemcacheCluster:
     def _set_on(self, key: bytes, value: bytes, item: Item | None) -> _Job:
         """A write of ``value`` where ``item`` was read: CAS against it, or ADD where absent."""
         if item is None:
-            return _Job(_add_one, [key], ([value],), absent=_STORED_LINE, stales=False)
+            return _Job(_add_one, [key], ([value],), absent=_STORED_LINE)
         return _Job(cas_pipeline, [key], ([value], [item.cas], [0]), absent=b"NOT_FOUND\r\n")
 
     def _fresh_epoch(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
@@ -461,7 +483,7 @@ class MemcacheCluster:
 
         absent = b"NOT_STORED\r\n" if command == b"append" else _STORED_LINE
         job = _Job(build, list(values), (list(values.values()),), absent=absent)
-        return self._outcomes(replace(job, stales=command != b"add"))
+        return self._outcomes(job)
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
         """STORED where the key was created; NOT_STORED where it already existed."""

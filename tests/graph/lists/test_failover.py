@@ -9,15 +9,21 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 import pytest
 
 from timeline_fanout.graph import ListSettings, ListStore
-from timeline_fanout.graph.model.edges import EdgeChange
+from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.tokens import token
+from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
-from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.graph.timelines.entries import TimelineEntry
+from timeline_fanout.graph.timelines.reader import TimelineSource
+from timeline_fanout.memcache import Cache, MemcacheCluster, Outcome
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout_devstack.memcached_processes import end, own_server, start, stop
 
@@ -148,3 +154,68 @@ def test_a_server_killed_while_stopped_and_back_empty_serves_only_new_items(
             assert wrong(reader, sqlite_store) == []
     finally:
         end(restarted)
+
+
+class HangsWhenAskedWhetherItExists:
+    """A process's cache (the product's cluster) whose server ``victim`` hangs right after it
+    answered an APPEND, when the writer asks whether the refused item exists: a read left
+    unanswered that decides the write."""
+
+    def __init__(self, cluster: MemcacheCluster, victim: subprocess.Popen[bytes]) -> None:
+        self._cluster = cluster
+        self._victim = victim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+
+    def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
+        stop(self._victim)
+        return self._cluster.exists_many(keys)
+
+
+def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """A timeline at memcached's item size limit refuses the APPEND; the writer then asks
+    whether it exists, and the server hangs: the delivery must count as missed, so the full
+    timeline, still there when the server resumes, is never served without the post."""
+    now = int(time.time() * 1000)
+    settings = ListSettings(namespace=unique, max_members=800)
+    writer_cache = process(three, sqlite_store, unique).cache
+    timelines = CappedListStore(writer_cache, TimelineSource(sqlite_store, 800), settings)
+    victim = three[0]
+    name = f"{victim[1][0]}:{victim[1][1]}"
+    user = next(
+        u
+        for u in (f"r{i}" for i in range(10_000))
+        if writer_cache.server_for(timelines.index_key(ListRef(ListKind.TIMELINE, u))) == name
+    )
+    sqlite_store.apply([EdgeChange(user, "author", True, 2)])
+    ref = ListRef(ListKind.TIMELINE, user)
+    timelines.read(ref)  # cached
+    key = timelines.index_key(ref)
+    old = [
+        token(True, TimelineEntry(now - 10**7 + i, "author", f"old{i}").member)
+        for i in range(60_000)
+    ]
+    low, high = 1, len(old)  # the most tokens memcached keeps in one item: the limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        stored = writer_cache.set_many({key: b"".join(old[:middle])})[key]
+        low, high = (middle, high) if stored is Outcome.STORED else (low, middle - 1)
+    assert writer_cache.set_many({key: b"".join(old[:low])})[key] is Outcome.STORED
+    fresh = TimelineEntry(now, "author", "fresh")
+    sqlite_store.store_posts([PostRecord("author", "fresh", now, "hello")])
+    faulty = CappedListStore(
+        cast(Cache, HangsWhenAskedWhetherItExists(writer_cache, victim[0])),
+        TimelineSource(sqlite_store, 800),
+        settings,
+    )
+    try:
+        faulty.deliver([(token(True, fresh.member), [user])])
+    finally:
+        victim[0].send_signal(signal.SIGCONT)
+    reader = CappedListStore(
+        process(three, sqlite_store, unique).cache, TimelineSource(sqlite_store, 800), settings
+    )
+    assert fresh.member in reader.read(ref)

@@ -42,23 +42,23 @@ class CappedListStore(TokenLists):
         hot path of a fan-out, one pipelined APPEND per timeline with the command stream built
         per post, not per follower. Refused appends (timeline absent, or full) go through the
         same retry rounds as ``append_tokens``."""
-        self._skipped = set()
         keys = [self.keys.list_keys(ListKind.TIMELINE, users) for _, users in posts]
-        refused = self.cache.append_to_each(
-            [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
-        )
-        self.stats.appends += sum(map(len, keys)) - len(refused)
-        pending: dict[bytes, Pending] = {}
-        users_of: dict[int, dict[bytes, str]] = {}
-        for index, key, _ in refused:
-            data, users = posts[index]
-            if key in pending:  # two posts to one refused timeline: one pending write
-                pending[key].tokens += data
-                continue
-            if index not in users_of:
-                users_of[index] = dict(zip(keys[index], users, strict=True))
-            pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
-        self._settle(list(pending.values()))
+        with self._writing():
+            refused = self.cache.append_to_each(
+                [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
+            )
+            self.stats.appends += sum(map(len, keys)) - len(refused)
+            pending: dict[bytes, Pending] = {}
+            users_of: dict[int, dict[bytes, str]] = {}
+            for index, key, _ in refused:
+                data, users = posts[index]
+                if key in pending:  # two posts to one refused timeline: one pending write
+                    pending[key].tokens += data
+                    continue
+                if index not in users_of:
+                    users_of[index] = dict(zip(keys[index], users, strict=True))
+                pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
+            self._settle(list(pending.values()))
         self._compact_written(
             ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
         )

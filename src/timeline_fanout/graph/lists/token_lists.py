@@ -15,8 +15,9 @@ expires and the next reader rebuilds the list from the store: healing is bounded
 from __future__ import annotations
 
 import abc
+import contextlib
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Protocol, TypeVar
@@ -259,19 +260,27 @@ class TokenLists(abc.ABC):
 
     def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> None:
         """``apply`` for tokens already encoded."""
-        self._skipped = set()
-        since = self.cache.checkpoint()
         refs = [ref for ref, data in tokens.items() if data]
         keys = dict(zip(refs, self.index_keys(refs), strict=True))
         # A list's tokens larger than a shard go in several waves (tokens commute), so no
         # single write can pass the server's item size limit.
         pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
-        for wave in range(max(map(len, pieces.values()), default=0)):
-            self._settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
-        # A list skipped because its server left the write's reads unanswered was not absent:
-        # it missed this write, and its server must never serve it again (memcache/trust.py).
-        self.cache.missed([keys[ref] for ref in self._skipped], since)
+        with self._writing():
+            for wave in range(max(map(len, pieces.values()), default=0)):
+                self._settle(
+                    [Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)]
+                )
         self._compact_written(self._sample(list(tokens)))
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write's skips, recorded: a list skipped because its server left one of the
+        write's exchanges unanswered (a refused APPEND's existence check, say) was not absent
+        but missed this write, and its server must never serve it again (memcache/trust.py)."""
+        self._skipped = set()
+        since = self.cache.checkpoint()
+        yield
+        self.cache.missed(self.index_keys(list(self._skipped)), since)
 
     @property
     def skipped(self) -> frozenset[ListRef]:

@@ -1,0 +1,109 @@
+"""What a server that comes back can never hand out: a reply from an epoch revoked while the
+request was under way, and an item created late by a write it took while hung.
+
+Three memcached processes of the test's own; each client is a process of the product with its
+own ``ServerTrust`` (docs/design/cache-failover.md)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
+from timeline_fanout_devstack.memcached_processes import own_server, stop
+
+Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
+QUICK = TrustSettings(timeout_s=0.5, retry_s=0.3, lease_s=0.2)
+
+
+@pytest.fixture
+def three() -> Iterator[list[Server]]:
+    with own_server() as a, own_server() as b, own_server() as c:
+        yield sorted([a, b, c], key=lambda s: f"{s[1][0]}:{s[1][1]}")
+
+
+def names(servers: list[Server]) -> list[str]:
+    return [f"{host}:{port}" for _, (host, port) in servers]
+
+
+def process(servers: list[Server], trust: ServerTrust | None = None) -> MemcacheCluster:
+    trust = trust or ServerTrust(names(servers), QUICK)
+    return MemcacheCluster([address for _, address in servers], trust=trust)
+
+
+def key_on(cache: MemcacheCluster, server: str) -> bytes:
+    return next(k for k in (b"k%d" % i for i in range(10_000)) if cache.server_for(k) == server)
+
+
+class Clock:
+    """A reader's clock, moved by the test: the lease it checked before a request runs out
+    while the request is under way (as when a guard of another server hangs meanwhile)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
+    three: list[Server],
+) -> None:
+    writer = process(three)
+    writer.settle()
+    victim = names(three)[0]
+    key = key_on(writer, victim)
+    writer.set_many({key: b"before"})
+    clock = Clock()
+    reader = process(three, ServerTrust(names(three), TrustSettings(lease_s=1.0), clock=clock))
+    assert reader.get_many([key]) == {key: b"before"}  # a lease on the victim's epoch
+    # The writer missed a write on the victim: its epoch is revoked and the writer's call
+    # returns once the revocation stood a lease (the writer's own clock), then it commits.
+    writer.trust.mark_down(victim)
+    writer.missed([key], writer.checkpoint())
+    pipe = reader._pipes[victim]  # the moment between a request and its reply, made exact
+    send = pipe.send
+
+    def late(payload: bytes) -> None:
+        send(payload)
+        clock.now += 5.0  # the reply arrives after the reader's lease ran out
+
+    pipe.send = late  # type: ignore[method-assign]
+    assert reader.get_many([key]) == {}  # unanswered, not the revoked epoch's item
+    assert reader.available([key]) == [False]  # until a fresh epoch: then empty
+
+
+def test_an_add_left_unanswered_by_a_hung_server_revokes_it_so_a_late_add_is_never_read(
+    three: list[Server],
+) -> None:
+    writer = process(three)
+    writer.settle()
+    (proc, _), victim = three[0], names(three)[0]
+    key = key_on(writer, victim)
+    guard = MemcacheCluster([three[1][1]])  # a guard alone: its keys as they are
+    epoch = guard.get_many([epoch_key(victim)])[epoch_key(victim)]
+    stop(proc)
+    try:
+        writer.add_many({key: b"built from what the store held before"})  # runs on resume
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    # The server took the ADD on resuming: the item exists under the epoch it was sent with.
+    raw = MemcacheCluster([three[0][1]])
+    for _ in range(100):
+        if raw.get_many([key + b"@" + epoch]):
+            break
+        raw.wait(0.05)
+    assert raw.get_many([key + b"@" + epoch]) == {
+        key + b"@" + epoch: b"built from what the store held before"
+    }
+    late = process(three)  # a process that never saw the server hang
+    for _ in range(50):  # until the victim has a fresh epoch (a lease after the revocation)
+        if late.available([key]) == [True]:
+            break
+        late.wait(QUICK.lease_s)
+    assert late.available([key]) == [True]
+    assert late.get_many([key]) == {}
