@@ -27,7 +27,8 @@ def run(settings: Settings, report: Report) -> None:
     gc_policy.tune_for_consuming()  # the consumers run here as `fanout consume` runs them
     bars: list[tuple[str, float]] = []
     sizes = QUICK if report.quick else SIZES
-    limit = noreply_limit(settings.memcached_servers[0], max(sizes))
+    with sandbox(settings, "bfnr") as s:  # the stack's servers, started if need be
+        limit = noreply_limit(s.memcached_servers[0], max(sizes))
     report.add(noreply_appends_per_s=round(limit), appends=max(sizes))
     bars.append(("noreply limit", limit))
     for n in sizes:

@@ -33,7 +33,8 @@ def run(settings: Settings, report: Report) -> None:
     stores: dict[str, str | None] = {"sqlite": None}
     if url := os.environ.get("FANOUT_BENCH_MONGO_URL"):
         stores["mongodb"] = url
-    limit = noreply_limit(settings.memcached_servers[0], 2_000 if report.quick else 1_000_000)
+    with sandbox(settings, "bgnr") as s:  # the stack's servers, started if need be
+        limit = noreply_limit(s.memcached_servers[0], 2_000 if report.quick else 1_000_000)
     report.add(noreply_appends_per_s=round(limit))
     bars = [("noreply limit (appends)", limit)]
     for name, url in stores.items():
