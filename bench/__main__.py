@@ -12,6 +12,7 @@ from timeline_fanout.cli.recorded_settings import load_settings
 
 BENCHMARKS = {
     "fanout-rate": "bench.fanout_rate",
+    "fanout-appends": "bench.fanout_appends",
     "graph-ingest": "bench.graph_ingest",
     "list-reads": "bench.list_reads",
     "contended-unfollow": "bench.contended_unfollow",

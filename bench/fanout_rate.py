@@ -1,5 +1,7 @@
 """1. Fan-out rate: one post to an author with N followers, publish to last delivery, next to
-pipelined raw APPENDs of the same tokens to the same keys on the same servers."""
+pipelined raw APPENDs of the same tokens to the same keys on the same servers, and to the wire's
+limit measured in the same run (``raw_memcached.noreply_limit``: appends whose outcome nobody
+reads, to one server)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import threading
 import time
 
 from bench.graph_builder import build_followers
-from bench.raw_memcached import pipelined
+from bench.raw_memcached import noreply_limit, pipelined
 from bench.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.sandbox import sandbox
@@ -24,9 +26,15 @@ QUICK = [2_000]
 def run(settings: Settings, report: Report) -> None:
     gc_policy.tune_for_consuming()  # the consumers run here as `fanout consume` runs them
     bars: list[tuple[str, float]] = []
-    for n in QUICK if report.quick else SIZES:
+    sizes = QUICK if report.quick else SIZES
+    with sandbox(settings, "bfnr") as s:  # the stack's servers, started if need be
+        limit = noreply_limit(s.memcached_servers[0], max(sizes))
+    report.add(noreply_appends_per_s=round(limit), appends=max(sizes))
+    bars.append(("noreply limit", limit))
+    for n in sizes:
         with sandbox(settings, "bfan", celebrity_threshold=10 * n) as s:
             row = _one(s, n)
+        row["ratio_to_noreply"] = round(row["deliveries_per_s"] / limit, 3)
         report.add(**row)
         bars += [(f"{n:,} ours", row["deliveries_per_s"]), (f"{n:,} raw", row["raw_appends_per_s"])]
     report.write(bars, "timeline appends per second")

@@ -1,7 +1,8 @@
 """2. Graph ingest: follow/unfollow events per second end to end (Kafka to edge store and
 lists) for the embedded SQLite store; MongoDB when FANOUT_BENCH_MONGO_URL is set. Each with
 every user's lists in the cache, with none, and with the lists left untouched (the edge store
-alone: what any list layout is measured against)."""
+alone: what any list layout is measured against). The wire's limit is measured in the same run
+(``raw_memcached.noreply_limit``), and each row's ratio to it (an event writes two lists)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from bench.raw_memcached import noreply_limit
 from bench.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.sandbox import sandbox
@@ -31,13 +33,17 @@ def run(settings: Settings, report: Report) -> None:
     stores: dict[str, str | None] = {"sqlite": None}
     if url := os.environ.get("FANOUT_BENCH_MONGO_URL"):
         stores["mongodb"] = url
-    bars = []
+    with sandbox(settings, "bgnr") as s:  # the stack's servers, started if need be
+        limit = noreply_limit(s.memcached_servers[0], 2_000 if report.quick else 1_000_000)
+    report.add(noreply_appends_per_s=round(limit))
+    bars = [("noreply limit (appends)", limit)]
     for name, url in stores.items():
         overrides = {"edge_store": url} if url else {}
         for lists in LISTS:
             with sandbox(settings, "bing", **overrides) as s:
                 row = _one(s, n, lists)
-            report.add(store=name, lists=lists, **row)
+            ratio = round(row["events_per_s"] / limit, 3)
+            report.add(store=name, lists=lists, **row, ratio_to_noreply=ratio)
             bars.append((f"{name}, lists {lists}", row["events_per_s"]))
     if "mongodb" not in stores:
         report.add(store="mongodb", skipped="FANOUT_BENCH_MONGO_URL is not set")

@@ -24,6 +24,7 @@ from typing import Any
 from bench.server import api_server
 from tests.fault.api_client import READ_LIMIT, Client, through_the_api
 from tests.fault.harness import (
+    SIZE,
     ConsumerProcess,
     Model,
     compare,
@@ -35,7 +36,7 @@ from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout_devstack import stack
 
-EVENTS = 300  # per phase
+EVENTS = SIZE // 5  # per phase, of FANOUT_FAULT_EVENTS (default 2000)
 USERS = 40
 EXACT_WITHIN_S = 120.0  # consumers catching up on two busy cores, not a latency bound
 # The aims: reads answered while one server of three is killed, and while one hangs.

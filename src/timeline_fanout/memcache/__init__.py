@@ -1,5 +1,5 @@
-"""A memcached client for pipelined batches: the text protocol's wire (`wire`), a blocking
-cluster of servers on a rendezvous ring (`cluster`), and its event-loop twin for reads
+"""A memcached client for pipelined batches: the text and meta protocols' wire (`wire`), a
+blocking cluster of servers on a rendezvous ring (`cluster`), and its event-loop twin for reads
 (`async_cluster`).
 
 It imports nothing of this project's: every outcome of a write is a named value (`Outcome`),
@@ -8,7 +8,7 @@ and a server that cannot be reached is `CacheUnavailable`, never a miss.
 
 from timeline_fanout.memcache.cluster import MemcacheCluster, keep_ttl
 from timeline_fanout.memcache.interface import Cache
-from timeline_fanout.memcache.wire import NOT_READ, CacheUnavailable, Item, Outcome
+from timeline_fanout.memcache.wire import NOT_READ, CacheUnavailable, Item, Outcome, Refused
 
 __all__ = [
     "NOT_READ",
@@ -17,5 +17,6 @@ __all__ = [
     "Item",
     "MemcacheCluster",
     "Outcome",
+    "Refused",
     "keep_ttl",
 ]

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import compress, repeat
 from operator import add, eq, mod, mul
 from typing import Any, TypeVar
@@ -32,18 +33,29 @@ from pymemcache.exceptions import MemcacheError
 from timeline_fanout.memcache.trust import REVOKED, ServerTrust, epoch_key
 from timeline_fanout.memcache.wire import (
     NOT_READ,
+    QUIET_VALUE_MAX,
     CacheUnavailable,
     Item,
     Outcome,
+    Refused,
     ServerPipe,
     cas_pipeline,
     line_pipeline,
     meta_get_pipeline,
+    quiet_append_pipeline,
     same_value_pipeline,
     store_pipeline,
 )
 
-__all__ = ["PIPELINE", "CacheUnavailable", "Item", "MemcacheCluster", "Outcome", "RendezvousRing"]
+__all__ = [
+    "PIPELINE",
+    "CacheUnavailable",
+    "Item",
+    "MemcacheCluster",
+    "Outcome",
+    "Refused",
+    "RendezvousRing",
+]
 
 # memcached stops reading a connection whose replies are not being read, so one huge write
 # would deadlock against its own replies: pipelines are cut at this many commands.
@@ -123,7 +135,10 @@ class RendezvousRing:
 @dataclass(frozen=True, slots=True)
 class _Job:
     """Commands for many keys: ``build(keys, *columns)`` makes one pipeline's bytes for a slice
-    of ``keys`` and of the columns aligned with them."""
+    of ``keys`` (epoch suffix included) and of the columns aligned with them. A ``quiet`` job's
+    ``build(keys, suffix)`` appends the suffix itself (inside its one join), and its replies
+    are read up to ``MN`` and returned with the suffix, ``(replies, suffix)``, for
+    ``ServerPipe.refusals``."""
 
     build: Callable[..., bytes]
     keys: Sequence[bytes]
@@ -136,12 +151,32 @@ class _Job:
     # from what the store held then can create an item older than a later write. So the
     # server's epoch is revoked for every unanswered write.
     absent: bytes | None = None
+    quiet: bool = False  # meta sets answered only when refused, then MN (wire.py)
 
-    def unanswered(self, count: int) -> Any:
-        """The replies of ``count`` commands to an unavailable server."""
+    def unanswered(self, keys: Sequence[bytes]) -> Any:
+        """The replies of the commands for ``keys`` to an unavailable server; a quiet job's
+        refuses every key, as a quiet append to a server holding nothing would."""
         if self.values:
-            return [None] * count
-        return (self.absent or b"EN\r\n") * count
+            return [None] * len(keys)
+        if self.quiet:
+            return b"".join([b"NS k%s\r\n" % k for k in keys]), b""
+        return (self.absent or b"EN\r\n") * len(keys)
+
+
+def _append_job(value: bytes, keys: Sequence[bytes]) -> _Job:
+    """``value`` appended to each of ``keys``: quiet where the value is short enough (see
+    ``wire.QUIET_VALUE_MAX``). An unavailable server's appends are answered not stored."""
+    if len(value) <= QUIET_VALUE_MAX:
+        return _Job(partial(_quiet_appends, value), keys, quiet=True, absent=b"NOT_STORED\r\n")
+    return _Job(partial(_classic_appends, value), keys, absent=b"NOT_STORED\r\n")
+
+
+def _quiet_appends(value: bytes, keys: list[bytes], suffix: bytes) -> bytes:
+    return quiet_append_pipeline(keys, suffix, value)
+
+
+def _classic_appends(value: bytes, keys: list[bytes]) -> bytes:
+    return same_value_pipeline(b"append", keys, value)
 
 
 class MemcacheCluster:
@@ -254,7 +289,11 @@ class MemcacheCluster:
                     while queue and len(flying[node]) < window:
                         index, mine, cols = queue.popleft()
                         flying[node].append((index, mine))
-                        sent = [k + suffixes[node] for k in mine] if suffixes[node] else mine
+                        suffix = suffixes[node]
+                        if jobs[index].quiet:
+                            self._pipes[node].send(jobs[index].build(mine, suffix))
+                            continue
+                        sent = [k + suffix for k in mine] if suffix else mine
                         self._pipes[node].send(jobs[index].build(sent, *cols))
                 except CacheUnavailable:
                     failed(node)
@@ -263,9 +302,15 @@ class MemcacheCluster:
                     continue
                 index, mine = in_flight[0]
                 pipe = self._pipes[node]
-                read = pipe.receive_values if jobs[index].values else pipe.receive
+                job = jobs[index]
                 try:
-                    done.append((index, pipe, mine, read(len(mine))))
+                    if job.quiet:
+                        replies: Any = (pipe.receive_quiet(), suffixes[node])
+                    elif job.values:
+                        replies = pipe.receive_values(len(mine))
+                    else:
+                        replies = pipe.receive(len(mine))
+                    done.append((index, pipe, mine, replies))
                 except CacheUnavailable:
                     failed(node)
                 else:
@@ -309,7 +354,7 @@ class MemcacheCluster:
         while queue:
             index, mine, _ = queue.popleft()
             job = jobs[index]
-            done.append((index, pipe, mine, job.unanswered(len(mine))))
+            done.append((index, pipe, mine, job.unanswered(mine)))
             if job.absent is not None:
                 lost.add(node)
             self._unanswered_at[node] = self._unanswered_seq = self._unanswered_seq + 1
@@ -495,22 +540,26 @@ class MemcacheCluster:
         so a NOT_STORED item may still exist: ``exists_many`` tells)."""
         return self._store(b"append", values)
 
-    def append_to_each(
-        self, groups: Sequence[tuple[bytes, Sequence[bytes]]]
-    ) -> list[tuple[int, bytes, Outcome]]:
+    def append_to_each(self, groups: Sequence[tuple[bytes, Sequence[bytes]]]) -> list[Refused]:
         """APPEND each group's value to every key of the group (a post to its followers'
-        timelines), all groups in one pipelined exchange: ``(group, key, outcome)`` for each
-        append that was not stored, as in ``append_many``."""
-
-        def building(value: bytes) -> Callable[[list[bytes]], bytes]:
-            return lambda mine: same_value_pipeline(b"append", mine, value)
-
-        absent = b"NOT_STORED\r\n"
-        jobs = [_Job(building(value), keys, absent=absent) for value, keys in groups]
-        refused: list[tuple[int, bytes, Outcome]] = []
+        timelines), all groups in one pipelined exchange: a ``Refused`` for each append that
+        was not stored, as in ``append_many``, in the order of each server's pipelines. A
+        value of at most ``QUIET_VALUE_MAX`` bytes (any token) goes by quiet meta sets, so
+        only refusals are answered; a longer one by classic ``append``, which tells a value
+        too large for the server (TOO_LARGE) from a missing item."""
+        jobs = [_append_job(value, keys) for value, keys in groups]
+        refused: list[Refused] = []
         for index, pipe, mine, replies in self._pipelined(jobs):
+            if jobs[index].quiet:
+                raw, suffix = replies
+                refused += [
+                    Refused(index, k, Outcome.NOT_STORED) for k in pipe.refusals(raw, suffix)
+                ]
+                continue
             outcomes = pipe.outcomes(replies, len(mine))
-            refused += [(index, k, o) for k, o in zip(mine, outcomes, strict=True) if not o.ok]
+            refused += [
+                Refused(index, k, o) for k, o in zip(mine, outcomes, strict=True) if not o.ok
+            ]
         return refused
 
     def set_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:

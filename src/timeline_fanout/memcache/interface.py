@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from timeline_fanout.memcache.wire import Item, Outcome
+from timeline_fanout.memcache.wire import Item, Outcome, Refused
 
 
 class Cache(Protocol):
@@ -46,10 +46,9 @@ class Cache(Protocol):
 
     def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, Outcome]: ...
 
-    def append_to_each(
-        self, groups: Sequence[tuple[bytes, Sequence[bytes]]]
-    ) -> list[tuple[int, bytes, Outcome]]:
-        """``(group, key, outcome)`` for each append that was not stored."""
+    def append_to_each(self, groups: Sequence[tuple[bytes, Sequence[bytes]]]) -> list[Refused]:
+        """Each group's value appended to each of its keys: a ``Refused`` (group index, key,
+        outcome) for each append that was not stored, and nothing for those that were."""
         ...
 
     def set_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]: ...

@@ -8,6 +8,12 @@ event, so here a whole pipeline is built by one ``bytes.join`` and sent in one w
 reply is read back and returned (never ``noreply``: the outcome of each write matters). Keys
 reach this module already validated. Reads use meta gets (``mg key v c``: one reply per key, in
 order, so a reply needs no key to be matched).
+
+The fan-out's appends of one short value to many keys use meta sets in quiet mode instead
+(``ms key len MA q k``, the pipeline closed by ``mn``): memcached answers only the appends it
+refused, each naming its key, and ``MN`` once it has executed the whole pipeline, so a stored
+append costs no reply to write, read or parse and every refusal is still reported
+(docs/decisions/quiet-meta-appends.md).
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from typing import NamedTuple, NoReturn
 
 STORED = b"STORED\r\n"
 TOO_LARGE = b"SERVER_ERROR object too large for cache"
+# The longest value a quiet append carries. A quiet ``ms`` too large for the server is answered
+# by a ``SERVER_ERROR`` that names no key, and memcached 1.6 also unlinks the item it would
+# have appended to; memcached's item size limit (``-I``) is at least 1 KB, so a key (at most
+# 250 bytes) and a value this long always fit, and a longer value goes by classic ``append``.
+QUIET_VALUE_MAX = 512
 
 
 class Outcome(enum.Enum):
@@ -47,6 +58,16 @@ _OUTCOMES = {
     b"EX": Outcome.EXISTS,  # meta delete: CAS mismatch
     b"NF": Outcome.NOT_FOUND,  # meta delete: no such item
 }
+
+
+class Refused(NamedTuple):
+    """An append that was not stored: the index of its group (in the order the groups were
+    given), the key, and memcached's answer (NOT_STORED: the key is missing, or the item is
+    near the size limit; TOO_LARGE: the value alone passes the limit)."""
+
+    group: int
+    key: bytes
+    outcome: Outcome
 
 
 class CacheUnavailable(RuntimeError):
@@ -118,6 +139,30 @@ class ServerPipe:
             buf, pos = self._more(buf, pos, need)
         self._unread = buf[pos:]
         return found
+
+    def receive_quiet(self) -> bytes:
+        """The replies of one quiet pipeline (see ``quiet_append_pipeline``) up to its ``MN``,
+        which is left out: the refusals, one line each (``refusals`` parses them)."""
+        buf, pos = self._unread, 0
+        while (end := quiet_end(buf, pos)) < 0:
+            buf, pos = self._more(buf, pos, len(buf) - pos + 1)
+        self._unread = buf[end:]
+        return buf[pos : end - len(QUIET_END)]
+
+    def refusals(self, replies: bytes, suffix: bytes) -> list[bytes]:
+        """The keys a quiet append pipeline's ``replies`` (``receive_quiet``) say were not
+        stored, without the ``suffix`` they were sent with. Any other reply (an error) closes
+        the connection and raises: it is not known which command it answered."""
+        if not replies:  # the common case: everything stored
+            return []
+        keys = []
+        cut = len(suffix)
+        for line in replies.split(b"\r\n")[:-1]:
+            key = line[4:]
+            if not line.startswith(b"NS k") or not key.endswith(suffix):
+                self._fail(f"unexpected quiet append reply {line[:200]!r}")
+            keys.append(key[: len(key) - cut])
+        return keys
 
     def _more(self, buf: bytes, pos: int, need: int) -> tuple[bytes, int]:
         """``buf[pos:]`` grown to at least ``need`` bytes by reading the socket."""
@@ -199,6 +244,31 @@ def same_value_pipeline(command: bytes, keys: Sequence[bytes], value: bytes) -> 
     head = command + b" "
     tail = b" 0 0 %d\r\n%s\r\n" % (len(value), value)
     return head + (tail + head).join(keys) + tail
+
+
+QUIET_END = b"MN\r\n"
+
+
+def quiet_append_pipeline(keys: Sequence[bytes], suffix: bytes, value: bytes) -> bytes:
+    """``value`` appended to each key (with ``suffix``) by a quiet meta set, ``mn`` last: one
+    join, as ``same_value_pipeline``. Only refusals are answered (``NS k<key>``: the item is
+    missing or would pass the size limit), then ``MN``. ``value`` is at most
+    ``QUIET_VALUE_MAX`` bytes, so no append is refused as too large."""
+    if len(value) > QUIET_VALUE_MAX:
+        raise ValueError(f"a quiet append carries at most {QUIET_VALUE_MAX} bytes")
+    head = b"ms "
+    tail = b"%s %d MA q k\r\n%s\r\n" % (suffix, len(value), value)
+    return head + (tail + head).join(keys) + tail + b"mn\r\n"
+
+
+def quiet_end(buf: bytes, pos: int) -> int:
+    """The position after the ``MN`` line that ends a quiet pipeline's replies in
+    ``buf[pos:]``, or -1 if it has not come yet. An ``MN`` inside a key (``NS kXMN``) is not
+    at a line's start. Sans I/O, as ``take_values``."""
+    at = buf.find(QUIET_END, pos)
+    while at > pos and buf[at - 1] != 0x0A:  # b"\n"
+        at = buf.find(QUIET_END, at + 1)
+    return at + len(QUIET_END) if at >= 0 else -1
 
 
 def line_pipeline(command: bytes, keys: Sequence[bytes], rest: Sequence[bytes]) -> bytes:

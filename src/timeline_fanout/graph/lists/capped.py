@@ -50,14 +50,14 @@ class CappedListStore(TokenLists):
             self.stats.appends += sum(map(len, keys)) - len(refused)
             pending: dict[bytes, Pending] = {}
             users_of: dict[int, dict[bytes, str]] = {}
-            for index, key, _ in refused:
-                data, users = posts[index]
+            for group, key, _ in refused:
+                data, users = posts[group]
                 if key in pending:  # two posts to one refused timeline: one pending write
                     pending[key].tokens += data
                     continue
-                if index not in users_of:
-                    users_of[index] = dict(zip(keys[index], users, strict=True))
-                pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[index][key]), key, data)
+                if group not in users_of:
+                    users_of[group] = dict(zip(keys[group], users, strict=True))
+                pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[group][key]), key, data)
             self._settle(list(pending.values()))
         self._compact_written(
             ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
