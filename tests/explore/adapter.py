@@ -18,6 +18,13 @@ Things that are internals on purpose and would move with another redesign:
   the claim TTL (``graph_lists.fencing.LEASE_S``: longer than any
   schedule, so a claim expires only as an injected fault) and a reader's wait for someone
   else's build (``TokenLists._pause``: a yield point on the virtual clock);
+- the cache as each process sees it (``_ExploredCluster``, a ``MemcacheCluster`` subclass that
+  sets ``_clients``, ``_pipes`` and ``_ring`` itself): its own ``ServerTrust`` on the schedule's
+  virtual clock (``World.now``: steps taken and virtual sleeps, never the wall clock), epochs
+  from a counter, servers named ``s0``, ``s1``, ... so that keys land on the same server in every
+  session whatever its ports, waits (a revocation's lease, a fresh epoch's) made virtual
+  sleeps, and pipes (``_CutPipe``, a ``ServerPipe``) that fail while the explorer has cut the
+  process off a server;
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
 """
 
@@ -60,7 +67,9 @@ from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
-from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome
+from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome, RendezvousRing
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout.memcache.wire import ServerPipe
 from timeline_fanout.producers.publisher import DeliveryReport
 from timeline_fanout.schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
@@ -85,6 +94,8 @@ PROJECT_API = (
     "FanoutApplier(..., CelebrityPosts, PostBodies).apply(batch); TimelineSource.snapshot",
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
+    "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch)); "
+    "its wait/settle/available/checkpoint/missed, _clients/_pipes/_ring/_call; ServerPipe",
     "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
 )
 
@@ -96,6 +107,13 @@ LEASE_S = 3600
 # Generations carry an absolute deadline (unix seconds, 8 hex digits): a fixed one, far ahead
 # (2037, below 2**31: memcached reads expiries as signed 32 bits), so no run depends on the clock.
 DEADLINE = 0x7E000000
+# Virtual seconds a step takes (``World.now``): leases run out and retry intervals pass as the
+# schedule moves on, the same way in every replay. With the product's bounds (a 1 s lease, a
+# 2 s retry) a lease lasts 50 steps and a server marked down is probed again 100 steps later.
+STEP_S = 0.02
+BOUNDS = TrustSettings()
+ADMIN = "explorer"  # the owner of the world's own cluster (faults): never cut off
+CUT_MODES = ("refused", "unanswered")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -284,6 +302,9 @@ WRITES = frozenset(
         "fault.restart",
         "fault.lease-expiry",
         "fault.lose-bodies",
+        "fault.cut",
+        "fault.heal",
+        "fault.server-restart",
     }
 )
 
@@ -295,7 +316,10 @@ def is_write(call: str) -> bool:
 
 def _no_keys(method: str, args: tuple[Any, ...]) -> bool:
     """A batch call with an empty batch (the list code makes many: no leases to take, no
-    shards to rewrite): it sends nothing to memcached, so it is not a yield point."""
+    shards to rewrite), or ``checkpoint`` (a counter of this process's): it sends nothing to
+    memcached, so it is not a yield point."""
+    if method == "checkpoint":
+        return True
     return method != "flush_all" and bool(args) and isinstance(args[0], Sized) and not args[0]
 
 
@@ -346,7 +370,7 @@ class Process:
     appliers, over the schedule's shared (proxied) cache. Built inside the actor's thread,
     because a sqlite3 connection belongs to the thread that opened it."""
 
-    def __init__(self, world: World, seed: int, scheduled: bool) -> None:
+    def __init__(self, world: World, seed: int, scheduled: bool, owner: str = "") -> None:
         import random
 
         rng = random.Random(seed)
@@ -354,13 +378,21 @@ class Process:
         raw = SqliteEdgeStore(world.db_path)
         self._raw = raw
         scheduler = world.scheduler
+        # Its own view of the servers (down, leases), as a separate process has: an actor is
+        # named for the cuts (``World.cut``) by its actor's name.
+        self.owner = (scheduler.current() if scheduler else None) or owner or "setup"
+        self.cluster = _ExploredCluster(world, self.owner)
+        cache: MemcacheCluster = self.cluster
+        if scheduler is not None:  # setup and checks: not yield points, same canonical order
+            cache = cast(
+                MemcacheCluster,
+                Proxy(self.cluster, scheduler, "cache", world._seen, _canonical, _no_keys),
+            )
+        store: EdgeStore = raw
         if scheduled and scheduler is not None:
             tracked = _Tracked(raw)
             raw._db = cast(sqlite3.Connection, _YieldingConnection(raw._db, scheduler, tracked))
             store = cast(EdgeStore, Proxy(tracked, scheduler, "store"))
-            cache = world.cache
-        else:  # setup and checks: not scheduled, but in the same canonical order
-            store, cache = raw, world.cache
         self.store = store
         knobs = world.knobs
         settings = ListSettings(
@@ -466,6 +498,66 @@ class Process:
 
     def close(self) -> None:
         self._raw.close()
+        self.cluster.close()
+
+
+class _CutPipe(ServerPipe):
+    """One process's connection to one server, which fails while the explorer has cut that
+    process off the server (``World.cut``): ``refused``, nothing reaches the server (a refused
+    connection, a partition); ``unanswered``, the server runs the request and the process never
+    hears back (a partition after the send, a hung server that runs it later). The product's own
+    code then finds the server down, goes around it and revokes its epoch if a write was lost,
+    exactly as for a real failure, but at a step the seed chose, with no timeout waited."""
+
+    def __init__(self, alias: str, address: tuple[str, int], world: World, owner: str) -> None:
+        super().__init__(*address, BOUNDS.timeout_s)
+        self.name = alias
+        self._world = world
+        self._owner = owner
+
+    def send(self, payload: bytes) -> None:
+        if self._world.cut_mode(self._owner, self.name) == "refused":
+            self._fail("refused (cut off by the explorer)")
+        super().send(payload)
+
+    def receive(self, lines: int) -> bytes:
+        if self._world.cut_mode(self._owner, self.name) is not None:
+            self._fail("no answer (cut off by the explorer)")
+        return super().receive(lines)
+
+    def receive_values(self, count: int) -> list[Any]:
+        if self._world.cut_mode(self._owner, self.name) is not None:
+            self._fail("no answer (cut off by the explorer)")
+        return super().receive_values(count)
+
+
+class _ExploredCluster(MemcacheCluster):
+    """The cache as one process sees it: its own ``ServerTrust`` (its own servers down, its
+    own leases) on the schedule's virtual clock, epochs from the world's counter, waits made
+    virtual sleeps (a yield point: others run while a revocation stands), and the servers
+    named ``s0``, ``s1``, ... by their order, so that the ring places every key on the same
+    server in every session (real names carry the session's free ports)."""
+
+    def __init__(self, world: World, owner: str) -> None:
+        aliases = list(world.servers)
+        trust = ServerTrust(aliases, BOUNDS, clock=world.now, new_epoch=world.new_epoch)
+        super().__init__(world.addresses, trust=trust)
+        named = dict(zip(aliases, world.addresses, strict=True))
+        for pipe in self._pipes.values():
+            pipe.close()
+        self._clients = {a: self._clients[f"{h}:{p}"] for a, (h, p) in named.items()}
+        self._pipes = {a: _CutPipe(a, addr, world, owner) for a, addr in named.items()}
+        self._ring = RendezvousRing(aliases)
+        self._world = world
+
+    def wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self._world.sleep(seconds)
+
+    def flush_server(self, server: str) -> None:
+        """One server restarted empty: its items gone, and the epochs it kept for others."""
+        self._call(server, "flush_all", 0, False)
+        self.trust.drop_lease(server)
 
 
 class World:
@@ -483,17 +575,23 @@ class World:
     ) -> None:
         import random
 
-        self.cluster = cluster
         self.db_path = db_path
         self.namespace = namespace
         self.knobs = knobs
         self.scheduler: Scheduler | None = None
-        self.cache = cluster
         self.present: dict[bytes, None] = {}  # keys believed present, least recent first
         self.building: set[bytes] = set()  # heads last seen written with a building marker
         self._gens = random.Random(gen_seed)
         self._generations = 0
-        cluster.flush_all()
+        self.addresses = [
+            (host, int(port)) for host, port in (s.rsplit(":", 1) for s in sorted(cluster.servers))
+        ]
+        self.servers = [f"s{i}" for i in range(len(self.addresses))]
+        self.cuts: dict[tuple[str, str], str] = {}  # (process or "*", server): how it is cut
+        self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
+        self._epochs = 0
+        self.admin = _ExploredCluster(self, ADMIN)  # the faults' own process
+        self.admin.flush_all()
 
     # -- wiring -----------------------------------------------------------------------------------
 
@@ -502,10 +600,6 @@ class World:
         """Route the schedule's cache calls through the scheduler, and make the graph layer's
         generation names, shard names, claim TTL and build waits deterministic meanwhile."""
         self.scheduler = scheduler
-        self.cache = cast(
-            MemcacheCluster,
-            Proxy(self.cluster, scheduler, "cache", self._seen, _canonical, _no_keys),
-        )
         patches: list[tuple[Any, str, Any]] = [
             (graph_lists.fencing, "new_generation", self._generation),
             (graph_lists.fencing, "LEASE_S", LEASE_S),
@@ -532,8 +626,62 @@ class World:
     def _hex(self, nbytes: int) -> str:
         return f"{self._gens.getrandbits(8 * nbytes):0{2 * nbytes}x}"
 
-    def process(self, seed: int, scheduled: bool = True) -> Process:
-        return Process(self, seed, scheduled)
+    def process(self, seed: int, scheduled: bool = True, owner: str = "") -> Process:
+        return Process(self, seed, scheduled, owner)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    # -- time, epochs and cuts (memcache/trust.py) ------------------------------------------------
+
+    def now(self) -> float:
+        """Every process's clock: virtual seconds, ``STEP_S`` per step taken plus every
+        virtual sleep (``Scheduler.sleep``), so a lease runs out, a revocation stands and a
+        retry interval passes after the same steps in every replay."""
+        sched = self.scheduler
+        if sched is None:
+            return self._time
+        return self._time + sched.clock + STEP_S * len(sched.steps)
+
+    def sleep(self, seconds: float) -> None:
+        """A process waiting (a revocation's lease): a virtual sleep, a yield point in an
+        actor."""
+        if self.scheduler is None:
+            self._time += seconds
+        else:
+            self.scheduler.sleep(seconds)
+
+    def new_epoch(self) -> bytes:
+        """``ServerTrust.new_epoch``: unique within the schedule (a counter), the same in
+        every replay, and in the same 8 characters as the product's random ones."""
+        self._epochs += 1
+        return b"e%07x" % self._epochs
+
+    def cut(self, target: str, server: str, mode: str) -> None:
+        """Cut process ``target`` (an actor's name; ``*``: every actor, the server down for
+        everyone) off ``server``; ``mode`` is one of ``CUT_MODES`` (see ``_CutPipe``). The
+        server itself keeps running with its items: it comes back stale."""
+        self.cuts[(target, server)] = mode
+
+    def heal(self, target: str, server: str) -> None:
+        """The cut ends; each process finds out at its next probe, when its own retry interval
+        has passed on the virtual clock."""
+        self.cuts.pop((target, server), None)
+
+    def cut_mode(self, owner: str, server: str) -> str | None:
+        if owner == ADMIN:
+            return None
+        return self.cuts.get((owner, server)) or self.cuts.get(("*", server))
+
+    def restart_server(self, index: int) -> list[bytes]:
+        """Server ``s{index}`` restarted empty (a flush of that server alone): its items are
+        lost, and with them the epoch copies it kept as a guard of the others. The keys lost
+        are those the (session-independent) ring puts there."""
+        server = self.servers[index % len(self.servers)]
+        lost = [k for k in self.present if self.admin.server_for(k) == server]
+        self.admin.flush_server(server)
+        self._forget(lost)
+        return lost
 
     # -- cache faults -----------------------------------------------------------------------------
 
@@ -591,7 +739,7 @@ class World:
         if not keys:
             return None
         key: bytes = pick(keys)
-        self.cluster.delete_many([key])
+        self.admin.delete_many([key])
         self._forget([key])
         return key
 
@@ -612,16 +760,16 @@ class World:
         holding a building marker: every head that holds one now is deleted, as its expiry
         would."""
         heads = [k for k in self.present if k.count(SEP) == 2]
-        found = self.cluster.get_many(heads)
+        found = self.admin.get_many(heads)
         claims = sorted(k for k, v in found.items() if is_marker(k, v))
-        self.cluster.delete_many(claims)
+        self.admin.delete_many(claims)
         self._forget(claims)
         return claims
 
     def lose_bodies(self) -> list[bytes]:
         """Every post body item believed present, deleted (graph/timelines/post_bodies.py)."""
         lost = sorted(k for k in self.present if self._is_body(k))
-        self.cluster.delete_many(lost)
+        self.admin.delete_many(lost)
         self._forget(lost)
         return lost
 
@@ -634,16 +782,25 @@ class World:
         keys the live ring puts there, which depends on the session's free ports, so the same
         seed would lose different keys in another session.)"""
         lost = [k for k in self.present if zlib.crc32(k) % 2 == half]
-        self.cluster.delete_many(lost)
+        self.admin.delete_many(lost)
         self._forget(lost)
         return lost
 
     # -- the verdict ------------------------------------------------------------------------------
 
+    def checker(self) -> Process:
+        """A fresh process for the verdict, with every server up (every cut healed) and usable
+        (a lease on each, a fresh epoch where one was revoked): so the verdict reads the cache,
+        not the store around it, and an epoch left unrevoked over stale items would be read."""
+        self.cuts.clear()
+        proc = self.process(seed=0, scheduled=False, owner="check")
+        proc.cluster.settle()
+        return proc
+
     def observe(self, ids: Sequence[ListId]) -> list[tuple[ListId, frozenset[str], frozenset[str]]]:
         """For each follower/following list: what one read after quiescence returns
         (rebuilding it if absent) and what the store says it must be."""
-        proc = self.process(seed=0, scheduled=False)
+        proc = self.checker()
         try:
             graph_ids = [i for i in ids if i[0] != TIMELINE]
             cached = proc.lists.read_many([_ref(i) for i in graph_ids])
@@ -663,7 +820,7 @@ class World:
         view: the newest ``cap`` live posts of the authors followed (posts of authors no
         longer followed are filtered at read time by design, deleted posts skipped, and
         entries below the cap not shown)."""
-        proc = self.process(seed=0, scheduled=False)
+        proc = self.checker()
         try:
             out = []
             for list_id in (i for i in ids if i[0] == TIMELINE):
@@ -720,6 +877,16 @@ class World:
         if call == "fault.restart":
             lost = sorted(self.short(k) for k in result or [])
             return f"RESTART half {args[0]}: lost {len(lost)} keys {' '.join(lost)}"
+        if call == "fault.server-restart":
+            lost = sorted(self.short(k) for k in result or [])
+            return f"SERVER s{args[0]} RESTARTED EMPTY: lost {len(lost)} keys {' '.join(lost)}"
+        if call == "fault.cut":
+            target, server, mode = args
+            who = "everyone" if target == "*" else target
+            return f"CUT {who} off {server} ({mode})"
+        if call == "fault.heal":
+            target, server = args
+            return f"HEAL {'everyone' if target == '*' else target} and {server}"
         shown = " ".join([call, *map(str, args)])
         return f"{shown} → {result}" if step.done and result is not None else shown
 
@@ -769,6 +936,14 @@ class World:
             return " ".join(
                 f"{self.short(k)}{_mark(result.get(k)) if done else '…'}" for k in sorted(args[0])
             )
+        if name == "available":  # whether each key's server may be used (memcache/trust.py)
+            marks = result if done else ["…"] * len(args[0])
+            return " ".join(
+                f"{self.short(k)}={'yes' if ok is True else 'no' if ok is False else ok}"
+                for k, ok in zip(args[0], marks, strict=True)
+            )
+        if name == "missed":  # keys a write skipped: their servers are revoked if they failed
+            return f"{' '.join(sorted(self.short(k) for k in args[0]))} (since {args[1]})"
         if name == "append_to_each":  # followers come in a set's order: sorted
             return " ".join(
                 f"{self._value(v)}→{','.join(sorted(self.short(k) for k in ks))}"
@@ -835,9 +1010,13 @@ class World:
         """The adapter's reading of a failing trace: which known mechanism left this list (or
         the store) wrong. A guess for the report, never part of the verdict; it knows today's
         key and token layout, which is why it lives here."""
-        return _Forensics(self.namespace, steps, events).explain(failure)
+        guess = _Forensics(self.namespace, steps, events).explain(failure)
+        if not guess and any(s.call in SERVER_FAULTS for s in steps):
+            return "server-fault"  # no known mechanism; a server was cut off or restarted
+        return guess
 
 
+SERVER_FAULTS = frozenset({"fault.cut", "fault.server-restart"})
 KIND_CODES = {"followers": "fl", "following": "fg", TIMELINE: "tl"}
 _GEN = re.compile(rb"%08x0*([0-9a-f]+)" % DEADLINE)
 _POS = re.compile(rb"#([0-9a-f]+)")
@@ -1145,7 +1324,7 @@ class _Forensics:
         for s in self.steps:
             if s.call == "fault.evict" and s.args and s.args[0]:
                 lost.add(s.args[0])
-            elif s.call == "fault.restart" and s.done:
+            elif s.call in ("fault.restart", "fault.server-restart") and s.done:
                 lost.update(s.result)
             elif s.call == "cache.add_many" and s.done and s.index > at:
                 for k, ok in s.result.items():
@@ -1180,7 +1359,8 @@ class _Forensics:
         for s in self.steps[taken:commit]:
             if s.call == "fault.evict" and s.args and s.args[0] == lease:
                 return True
-            if s.call == "fault.restart" and s.done and lease in s.result:
+            restarted = s.call in ("fault.restart", "fault.server-restart") and s.done
+            if restarted and lease in s.result:
                 return True
             if s.call == "fault.lease-expiry" and s.args and lease in s.args[0]:
                 return True

@@ -14,6 +14,7 @@ imagining one interleaving; the explorer finds those, and the ones nobody imagin
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -32,6 +33,8 @@ SCENARIOS = ("graph", "removal", "hotlist", "timeline", "deletion")
 TIMELINE_SCENARIOS = ("timeline", "deletion")
 DEFAULT_SCHEDULES = 100  # per scenario: 500 in all
 WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
+# Fault actors: they own a process but use it for nothing a cut off a server would change.
+PASSIVE = frozenset({"evictor", "leaseclock", "restart"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,7 @@ class Workload:
     lease_expiry: float = 0.4
     body_loss: float = 0.0  # chance of post bodies lost just before a deleting batch
     polls: tuple[int, int] = (5, 10)  # reads of the poller
+    server_faults: float = 0.35  # chance of cache-server faults (``Actors.server_faults``)
 
     @property
     def live(self) -> list[Event]:
@@ -505,6 +509,37 @@ class Actors:
 
         self.spawn("leaseclock", body, times[0], patience=10**6)
 
+    def server_faults(self, faults: list[ServerFault]) -> None:
+        """Cache servers failing, one at a time (memcache/trust.py, docs/design/cache-failover.md):
+        a process cut off a server (or the server down for every process) from one step to a
+        later one, its requests refused or left unanswered (the server running them), while
+        the server keeps its items and the other processes go on using it: it comes back
+        stale for the process that was cut off. Or a server restarted empty, the epoch copies it
+        kept as a guard lost with its items. Each process finds a server down and back by
+        itself, when its retry interval has passed on the virtual clock."""
+
+        def body(proc: adapter.Process) -> None:
+            for fault in faults:
+                self.sched.idle_until(fault.at)
+                if fault.kind == "restart":
+                    step = self.sched.pause("fault.server-restart", (fault.server,))
+                    lost = self.world.restart_server(fault.server)
+                    if step is not None:
+                        step.result, step.done = lost, True
+                    continue
+                server = self.world.servers[fault.server % len(self.world.servers)]
+                step = self.sched.pause("fault.cut", (fault.target, server, fault.kind))
+                self.world.cut(fault.target, server, fault.kind)
+                if step is not None:
+                    step.done = True
+                self.sched.idle_until(fault.until)
+                step = self.sched.pause("fault.heal", (fault.target, server))
+                self.world.heal(fault.target, server)
+                if step is not None:
+                    step.done = True
+
+        self.spawn("servers", body, faults[0].at)
+
     def restarter(self, at: int, half: int) -> None:
         def body(proc: adapter.Process) -> None:
             step = self.sched.pause("fault.restart", (half,))
@@ -513,6 +548,39 @@ class Actors:
                 step.result, step.done = lost, True
 
         self.spawn("restart", body, at)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFault:
+    """One cache-server fault: ``kind`` a cut (``adapter.CUT_MODES``) of ``target`` (an
+    actor, or ``*`` for all) off server ``server`` from step ``at`` to step ``until``, or
+    ``restart``: the server restarted empty at ``at``."""
+
+    kind: str
+    at: int
+    until: int
+    server: int
+    target: str = ""
+
+
+def server_faults(rng: random.Random, horizon: int, processes: Sequence[str]) -> list[ServerFault]:
+    """One to three faults, one after the other (a server and its guards lost together, two
+    failures at once, is a documented limit of the design: writes fail and are retried).
+    Cuts last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100),
+    some end before the process cut off even noticed."""
+    faults = []
+    at = rng.randrange(5, max(6, horizon // 2))
+    for _ in range(rng.randint(1, 3)):
+        server = rng.randrange(3)
+        if rng.random() < 0.2:
+            faults.append(ServerFault("restart", at, at, server))
+            at += rng.randint(5, 60)
+            continue
+        target = "*" if rng.random() < 0.3 or not processes else rng.choice(processes)
+        until = at + rng.randint(5, 200)
+        faults.append(ServerFault(rng.choice(adapter.CUT_MODES), at, until, server, target))
+        at = until + rng.randint(1, 60)
+    return faults
 
 
 def replay(
@@ -578,6 +646,10 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
         actors.restarter(rng.randrange(5, horizon), rng.randrange(2))
     if rng.random() < load.lease_expiry:
         actors.lease_clock(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(1, 4))))
+    if rng.random() < load.server_faults:  # drawn last: the other actors are as without it
+        processes = [a.partition("@")[0] for a in actors.run.actors]
+        processes = [a for a in processes if a not in PASSIVE]
+        actors.server_faults(server_faults(rng, horizon, processes))
 
 
 # -- one schedule --------------------------------------------------------------------------------
@@ -590,10 +662,13 @@ def run_schedule(
     seed: int,
     strategy: str | None = None,
     crashes: bool = True,
+    server_faults: float | None = None,
 ) -> Schedule:
     """Draw, run and check one schedule. Deterministic in (scenario, seed, strategy,
-    crashes); ``crashes=False`` leaves out crashes between a batch's store and list steps
-    (the one fault that breaks a list even without concurrency)."""
+    crashes, server_faults); ``crashes=False`` leaves out crashes between a batch's store and
+    list steps (the one fault that breaks a list even without concurrency); ``server_faults``
+    is the chance of cache-server faults (default: the scenario's, or
+    ``FANOUT_EXPLORE_SERVER_FAULTS``)."""
     rng = random.Random(f"{scenario}:{seed}")  # str seeds hash with sha512: stable everywhere
     knobs = adapter.Knobs(
         # Hot lists get tiny shards (a few tokens each) so that rollovers race each other.
@@ -609,6 +684,9 @@ def run_schedule(
     load = workload(scenario, rng)
     if not crashes:
         load.crash = 0.0
+    share = os.environ.get("FANOUT_EXPLORE_SERVER_FAULTS") if server_faults is None else None
+    if server_faults is not None or share is not None:
+        load.server_faults = float(share) if share is not None else float(server_faults or 0.0)
     run.events, run.setup = load.log.events, load.setup
     db = workdir / f"{scenario}-{seed}.db"
     for stale in workdir.glob(f"{db.name}*"):
@@ -622,7 +700,7 @@ def run_schedule(
         footprint=world.footprint,
     )
     run.strategy = sched.strategy
-    with world.scheduled(sched):
+    with world.scheduled(sched), contextlib.closing(world):
         setup = world.process(seed=1, scheduled=False)
         try:
             for batch in _batches(rng, run.events[: run.setup]):
@@ -725,10 +803,12 @@ class Report:
     first: dict[str, tuple[str, int]] = field(default_factory=dict)  # suspect: (seed, runs)
     per_scenario: Counter[str] = field(default_factory=Counter)
     failed_per_scenario: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)  # injected, by kind
 
     def add(self, run: Schedule) -> None:
         self.runs += 1
         self.per_scenario[run.scenario] += 1
+        self.faults.update(s.call.removeprefix("fault.") for s in run.steps if is_fault(s))
         if not run.failures:
             return
         self.failed.append(run)
@@ -748,10 +828,16 @@ class Report:
         scenarios = " ".join(
             f"{s}={self.failed_per_scenario[s]}/{n}" for s, n in self.per_scenario.items()
         )
+        faults = " ".join(f"{k}={n}" for k, n in sorted(self.faults.items())) or "-"
         return (
             f"explore: schedules={self.runs} failed={len(self.failed)} ({scenarios})"
-            f" kinds: {kinds} suspects: {suspects or '-'}"
+            f" faults: {faults} kinds: {kinds} suspects: {suspects or '-'}"
         )
+
+
+def is_fault(step: Step) -> bool:
+    """A fault that was injected (a cut counts once, its heal apart)."""
+    return step.call.startswith("fault.") and step.done and step.call != "fault.heal"
 
 
 def schedules_per_scenario() -> int:
