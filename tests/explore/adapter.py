@@ -1,11 +1,12 @@
 """Everything the explorer knows about the project's API, in one module.
 
 The scheduler, the scenarios and the invariants never touch the project directly: they go
-through ``World`` (one schedule's shared cache, store file and namespace) and ``Process`` (the
-objects one consumer process would own). Whatever the graph layer renames or re-keys is fixed
-here and only here; the names this relies on are listed in ``PROJECT_API``. (Written against the
-graph layer of f58a40d; ported to the fenced redesign: ``|`` keys, building markers in the head
-item instead of a ``:rb`` lease, positioned tokens, the applier's read-back of additions.)
+through ``World`` (one schedule's cache servers, clock, store file and namespace) and
+``Process`` (the objects one consumer process would own). Whatever the graph layer renames or
+re-keys is fixed here and only here; the names this relies on are listed in ``PROJECT_API``.
+(Written against the graph layer of f58a40d; ported to the fenced redesign: ``|`` keys,
+building markers in the head item instead of a ``:rb`` lease, positioned tokens, the applier's
+read-back of additions.)
 
 Things that are internals on purpose and would move with another redesign:
 - yield points *inside* an edge-store call (``_YieldingConnection`` on ``SqliteEdgeStore._db``):
@@ -366,9 +367,10 @@ def positioned(e: Event) -> Positioned:
 
 
 class Process:
-    """What one consumer (or reader) process owns: its own store connection, list objects and
-    appliers, over the schedule's shared (proxied) cache. Built inside the actor's thread,
-    because a sqlite3 connection belongs to the thread that opened it."""
+    """What one consumer (or reader) process owns: its own store connection, list objects,
+    appliers and cache client (its own view of which servers are down and under which epoch),
+    proxied to the scheduler. Built inside the actor's thread, because a sqlite3 connection
+    belongs to the thread that opened it."""
 
     def __init__(self, world: World, seed: int, scheduled: bool, owner: str = "") -> None:
         import random
@@ -561,9 +563,11 @@ class _ExploredCluster(MemcacheCluster):
 
 
 class World:
-    """One schedule's shared things: the real cluster (flushed first: a seed must find the
-    same empty cache every time it runs), the SQLite file, the namespace, and the keys seen
-    written, for evictions that need no knowledge of the key layout."""
+    """One schedule's shared things: the real memcached servers (flushed first: a seed must
+    find the same empty cache every time it runs) and which processes are cut off which of
+    them, the virtual clock every process's ``ServerTrust`` reads, the SQLite file, the
+    namespace, and the keys seen written, for evictions that need no knowledge of the key
+    layout. The faults go through a process of their own (``admin``), never cut off."""
 
     def __init__(
         self,
@@ -673,11 +677,17 @@ class World:
             return None
         return self.cuts.get((owner, server)) or self.cuts.get(("*", server))
 
-    def restart_server(self, index: int) -> list[bytes]:
-        """Server ``s{index}`` restarted empty (a flush of that server alone): its items are
-        lost, and with them the epoch copies it kept as a guard of the others. The keys lost
-        are those the (session-independent) ring puts there."""
-        server = self.servers[index % len(self.servers)]
+    def server_of(self, which: int | ListId) -> str:
+        """A server by index, or the server holding a list's head (the key read first)."""
+        if isinstance(which, int):
+            return self.servers[which % len(self.servers)]
+        kind, user = which
+        return self.admin.server_for(f"{self.namespace}|{KIND_CODES[kind]}|{user}".encode())
+
+    def restart_server(self, server: str) -> list[bytes]:
+        """``server`` restarted empty (a flush of that server alone): its items are lost, and
+        with them the epoch copies it kept as a guard of the others. The keys lost are those
+        the (session-independent) ring puts there."""
         lost = [k for k in self.present if self.admin.server_for(k) == server]
         self.admin.flush_server(server)
         self._forget(lost)
@@ -879,7 +889,7 @@ class World:
             return f"RESTART half {args[0]}: lost {len(lost)} keys {' '.join(lost)}"
         if call == "fault.server-restart":
             lost = sorted(self.short(k) for k in result or [])
-            return f"SERVER s{args[0]} RESTARTED EMPTY: lost {len(lost)} keys {' '.join(lost)}"
+            return f"SERVER {args[0]} RESTARTED EMPTY: lost {len(lost)} keys {' '.join(lost)}"
         if call == "fault.cut":
             target, server, mode = args
             who = "everyone" if target == "*" else target

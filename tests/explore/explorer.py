@@ -521,13 +521,13 @@ class Actors:
         def body(proc: adapter.Process) -> None:
             for fault in faults:
                 self.sched.idle_until(fault.at)
+                server = self.world.server_of(fault.server)
                 if fault.kind == "restart":
-                    step = self.sched.pause("fault.server-restart", (fault.server,))
-                    lost = self.world.restart_server(fault.server)
+                    step = self.sched.pause("fault.server-restart", (server,))
+                    lost = self.world.restart_server(server)
                     if step is not None:
                         step.result, step.done = lost, True
                     continue
-                server = self.world.servers[fault.server % len(self.world.servers)]
                 step = self.sched.pause("fault.cut", (fault.target, server, fault.kind))
                 self.world.cut(fault.target, server, fault.kind)
                 if step is not None:
@@ -559,24 +559,35 @@ class ServerFault:
     kind: str
     at: int
     until: int
-    server: int
+    server: int | ListId  # a server's index, or the list whose head's server it is
     target: str = ""
 
 
-def server_faults(rng: random.Random, horizon: int, processes: Sequence[str]) -> list[ServerFault]:
+def server_faults(
+    rng: random.Random, horizon: int, processes: Sequence[str], hot: Sequence[ListId]
+) -> list[ServerFault]:
     """One to three faults, one after the other (a server and its guards lost together, two
     failures at once, is a documented limit of the design: writes fail and are retried).
-    Cuts last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100),
-    some end before the process cut off even noticed."""
+    Mostly the server of a list the live events write to, and a writer cut off it: that is
+    where an append is missed and the server comes back stale for a list others read. Cuts
+    last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100), some
+    end before the process cut off even noticed."""
     faults = []
     at = rng.randrange(5, max(6, horizon // 2))
+    writers = [p for p in processes if not p.startswith(("reader", "invalidator"))]
     for _ in range(rng.randint(1, 3)):
-        server = rng.randrange(3)
+        server: int | ListId = rng.choice(hot) if rng.random() < 0.7 else rng.randrange(3)
         if rng.random() < 0.2:
             faults.append(ServerFault("restart", at, at, server))
             at += rng.randint(5, 60)
             continue
-        target = "*" if rng.random() < 0.3 or not processes else rng.choice(processes)
+        r = rng.random()
+        if r < 0.25 or not processes:
+            target = "*"
+        elif r < 0.75 and writers:
+            target = rng.choice(writers)
+        else:
+            target = rng.choice(processes)
         until = at + rng.randint(5, 200)
         faults.append(ServerFault(rng.choice(adapter.CUT_MODES), at, until, server, target))
         at = until + rng.randint(1, 60)
@@ -649,7 +660,7 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
     if rng.random() < load.server_faults:  # drawn last: the other actors are as without it
         processes = [a.partition("@")[0] for a in actors.run.actors]
         processes = [a for a in processes if a not in PASSIVE]
-        actors.server_faults(server_faults(rng, horizon, processes))
+        actors.server_faults(server_faults(rng, horizon, processes, hot))
 
 
 # -- one schedule --------------------------------------------------------------------------------
