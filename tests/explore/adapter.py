@@ -70,7 +70,7 @@ from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
 from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome, RendezvousRing
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import ServerPipe
+from timeline_fanout.memcache.wire import Item, ServerPipe
 from timeline_fanout.producers.publisher import DeliveryReport
 from timeline_fanout.schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
@@ -527,7 +527,7 @@ class _CutPipe(ServerPipe):
             self._fail("no answer (cut off by the explorer)")
         return super().receive(lines)
 
-    def receive_values(self, count: int) -> list[Any]:
+    def receive_values(self, count: int) -> list[Item | None]:
         if self._world.cut_mode(self._owner, self.name) is not None:
             self._fail("no answer (cut off by the explorer)")
         return super().receive_values(count)
@@ -787,10 +787,9 @@ class World:
         return key.startswith(f"{self.namespace}|{post_bodies.CODE}|".encode())
 
     def restart(self, half: int) -> list[bytes]:
-        """A memcached server restart, placement-independent: every key of this schedule in
-        one half of a fixed hash is lost at once. (A real flush of one server would lose the
-        keys the live ring puts there, which depends on the session's free ports, so the same
-        seed would lose different keys in another session.)"""
+        """A memcached restart's loss spread over the servers: every key of this schedule in one
+        half of a fixed hash is lost at once, the epochs left alone (``restart_server`` restarts
+        one server, epoch copies and all)."""
         lost = [k for k in self.present if zlib.crc32(k) % 2 == half]
         self.admin.delete_many(lost)
         self._forget(lost)
