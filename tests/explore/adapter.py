@@ -32,6 +32,7 @@ Things that are internals on purpose and would move with another redesign:
 from __future__ import annotations
 
 import re
+import socket
 import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
@@ -114,7 +115,7 @@ DEADLINE = 0x7E000000
 STEP_S = 0.02
 BOUNDS = TrustSettings()
 ADMIN = "explorer"  # the owner of the world's own cluster (faults): never cut off
-CUT_MODES = ("refused", "unanswered")
+CUT_MODES = ("refused", "unanswered", "late")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -507,9 +508,11 @@ class _CutPipe(ServerPipe):
     """One process's connection to one server, which fails while the explorer has cut that
     process off the server (``World.cut``): ``refused``, nothing reaches the server (a refused
     connection, a partition); ``unanswered``, the server runs the request and the process never
-    hears back (a partition after the send, a hung server that runs it later). The product's own
-    code then finds the server down, goes around it and revokes its epoch if a write was lost,
-    exactly as for a real failure, but at a step the seed chose, with no timeout waited."""
+    hears back (a partition after the send); ``late``, the request waits and the server runs it
+    when the cut heals (a hung server resumed, running what waited in its socket). The
+    product's own code then finds the server down, goes around it and revokes its epoch if a
+    write was lost, exactly as for a real failure, but at a step the seed chose, with no
+    timeout waited."""
 
     def __init__(self, alias: str, address: tuple[str, int], world: World, owner: str) -> None:
         super().__init__(*address, BOUNDS.timeout_s)
@@ -518,8 +521,12 @@ class _CutPipe(ServerPipe):
         self._owner = owner
 
     def send(self, payload: bytes) -> None:
-        if self._world.cut_mode(self._owner, self.name) == "refused":
+        mode = self._world.cut_mode(self._owner, self.name)
+        if mode == "refused":
             self._fail("refused (cut off by the explorer)")
+        if mode == "late":
+            self._world.held.setdefault(self.name, []).append(payload)
+            return
         super().send(payload)
 
     def receive(self, lines: int) -> bytes:
@@ -592,6 +599,7 @@ class World:
         ]
         self.servers = [f"s{i}" for i in range(len(self.addresses))]
         self.cuts: dict[tuple[str, str], str] = {}  # (process or "*", server): how it is cut
+        self.held: dict[str, list[bytes]] = {}  # per server, requests it runs late (in order)
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
         self._epochs = 0
         self.admin = _ExploredCluster(self, ADMIN)  # the faults' own process
@@ -667,10 +675,23 @@ class World:
         server itself keeps running with its items: it comes back stale."""
         self.cuts[(target, server)] = mode
 
-    def heal(self, target: str, server: str) -> None:
+    def heal(self, target: str, server: str) -> int:
         """The cut ends; each process finds out at its next probe, when its own retry interval
-        has passed on the virtual clock."""
+        has passed on the virtual clock. A ``late`` cut's requests run now, in the order they
+        were sent, each under the epoch it was sent with; returns how many there were."""
         self.cuts.pop((target, server), None)
+        payloads = self.held.pop(server, [])
+        if payloads:  # then a no-op: its answer says every request before it has run
+            address = self.addresses[self.servers.index(server)]
+            with socket.create_connection(address, timeout=10) as sock:
+                sock.sendall(b"".join([*payloads, b"mn\r\n"]))
+                replies = b""
+                while not replies.endswith(b"MN\r\n"):
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        break
+                    replies += chunk
+        return len(payloads)
 
     def cut_mode(self, owner: str, server: str) -> str | None:
         if owner == ADMIN:
@@ -801,7 +822,8 @@ class World:
         """A fresh process for the verdict, with every server up (every cut healed) and usable
         (a lease on each, a fresh epoch where one was revoked): so the verdict reads the cache,
         not the store around it, and an epoch left unrevoked over stale items would be read."""
-        self.cuts.clear()
+        for target, server in list(self.cuts):
+            self.heal(target, server)
         proc = self.process(seed=0, scheduled=False, owner="check")
         proc.cluster.settle()
         return proc
@@ -895,7 +917,8 @@ class World:
             return f"CUT {who} off {server} ({mode})"
         if call == "fault.heal":
             target, server = args
-            return f"HEAL {'everyone' if target == '*' else target} and {server}"
+            late = f" ({result} requests run late)" if step.done and result else ""
+            return f"HEAL {'everyone' if target == '*' else target} and {server}{late}"
         shown = " ".join([call, *map(str, args)])
         return f"{shown} → {result}" if step.done and result is not None else shown
 

@@ -512,11 +512,12 @@ class Actors:
     def server_faults(self, faults: list[ServerFault]) -> None:
         """Cache servers failing, one at a time (memcache/trust.py, docs/design/cache-failover.md):
         a process cut off a server (or the server down for every process) from one step to a
-        later one, its requests refused or left unanswered (the server running them), while
-        the server keeps its items and the other processes go on using it: it comes back
-        stale for the process that was cut off. Or a server restarted empty, the epoch copies it
-        kept as a guard lost with its items. Each process finds a server down and back by
-        itself, when its retry interval has passed on the virtual clock."""
+        later one, its requests refused, left unanswered (the server running them) or run late
+        (when the cut heals), while the server keeps its items and the other processes go on
+        using it: it comes back stale for the process that was cut off. Or a server
+        restarted empty, the epoch copies it kept as a guard lost with its items. Each process
+        finds a server down and back by itself, when its retry interval has passed on the
+        virtual clock."""
 
         def body(proc: adapter.Process) -> None:
             for fault in faults:
@@ -534,9 +535,9 @@ class Actors:
                     step.done = True
                 self.sched.idle_until(fault.until)
                 step = self.sched.pause("fault.heal", (fault.target, server))
-                self.world.heal(fault.target, server)
+                late = self.world.heal(fault.target, server)
                 if step is not None:
-                    step.done = True
+                    step.result, step.done = late, True
 
         self.spawn("servers", body, faults[0].at)
 
