@@ -1102,6 +1102,8 @@ class _Forensics:
             return "removal-not-idempotent"
         if self._redelivery_superseded(edge):
             return "redelivery-superseded"
+        if kind != TIMELINE and self._drop_lost(f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()):
+            return "unreachable-counter-drop-lost"
         key = f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()
         writes = self._writes(edge, post)
         commit, gen_prefix = self._commit(key, kind)
@@ -1138,6 +1140,26 @@ class _Forensics:
         if self._lease_lost(key, rebuilder, commit):
             return "lease-lost"
         return ""
+
+    def _drop_lost(self, key: bytes) -> bool:
+        """A writer found the newest shard's counter of this list on an unusable server
+        (``missed`` names it), skipped its write and dropped the list only if its head was
+        unchanged; the head had changed since the writer read it (a build committed, a
+        rollover), so the drop failed (EXISTS) and the list stayed without the write: revoking
+        the counter's server loses the counter, not the shards that hold the list."""
+        counters: dict[str, int] = {}  # per actor, its first such skip
+        for s in self.steps:
+            if s.call == "cache.missed" and any(
+                k.startswith(key + SEP) and k.endswith(SEP + b"n") for k in s.args[0]
+            ):
+                counters.setdefault(s.actor, s.index)
+        return any(
+            s.call == "cache.delete_if_unchanged"
+            and s.done
+            and s.result.get(key) is Outcome.EXISTS
+            and counters.get(s.actor, s.index) < s.index
+            for s in self.steps
+        )
 
     def _body_after_deletion(self, author: str, post: str) -> str:
         """A deleted post shown: the post's body item was written live after a deletion's SET
