@@ -33,6 +33,8 @@ SCENARIOS = ("graph", "removal", "hotlist", "timeline", "deletion")
 TIMELINE_SCENARIOS = ("timeline", "deletion")
 DEFAULT_SCHEDULES = 100  # per scenario: 500 in all
 WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
+# Steps from the last cache-server fault to the end of the claims it left (see server_faults).
+CLAIM_TTL_STEPS = 100
 # Fault actors: they own a process but use it for nothing a cut off a server would change.
 PASSIVE = frozenset({"evictor", "leaseclock", "restart"})
 
@@ -538,6 +540,15 @@ class Actors:
                 late = self.world.heal(fault.target, server)
                 if step is not None:
                     step.result, step.done = late, True
+            # A build that met its server unavailable is answered from the store and leaves
+            # its claim, as a crashed builder would; its readers wait, then read the store,
+            # until the claim's TTL ends it. Claims outlive any schedule here (adapter.LEASE_S):
+            # that TTL passes now, a while after the last fault.
+            self.sched.idle_until(len(self.sched.steps) + CLAIM_TTL_STEPS)
+            step = self.sched.pause("fault.lease-expiry")
+            expired = self.world.expire_leases()
+            if step is not None:
+                step.args, step.done = (expired,), True
 
         self.spawn("servers", body, faults[0].at)
 
