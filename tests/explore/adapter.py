@@ -1,11 +1,12 @@
 """Everything the explorer knows about the project's API, in one module.
 
 The scheduler, the scenarios and the invariants never touch the project directly: they go
-through ``World`` (one schedule's shared cache, store file and namespace) and ``Process`` (the
-objects one consumer process would own). Whatever the graph layer renames or re-keys is fixed
-here and only here; the names this relies on are listed in ``PROJECT_API``. (Written against the
-graph layer of f58a40d; ported to the fenced redesign: ``|`` keys, building markers in the head
-item instead of a ``:rb`` lease, positioned tokens, the applier's read-back of additions.)
+through ``World`` (one schedule's cache servers, clock, store file and namespace) and
+``Process`` (the objects one consumer process would own). Whatever the graph layer renames or
+re-keys is fixed here and only here; the names this relies on are listed in ``PROJECT_API``.
+(Written against the graph layer of f58a40d; ported to the fenced redesign: ``|`` keys,
+building markers in the head item instead of a ``:rb`` lease, positioned tokens, the applier's
+read-back of additions.)
 
 Things that are internals on purpose and would move with another redesign:
 - yield points *inside* an edge-store call (``_YieldingConnection`` on ``SqliteEdgeStore._db``):
@@ -31,6 +32,7 @@ Things that are internals on purpose and would move with another redesign:
 from __future__ import annotations
 
 import re
+import socket
 import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
@@ -69,7 +71,7 @@ from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
 from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome, RendezvousRing
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import ServerPipe
+from timeline_fanout.memcache.wire import Item, ServerPipe
 from timeline_fanout.producers.publisher import DeliveryReport
 from timeline_fanout.schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
@@ -113,7 +115,7 @@ DEADLINE = 0x7E000000
 STEP_S = 0.02
 BOUNDS = TrustSettings()
 ADMIN = "explorer"  # the owner of the world's own cluster (faults): never cut off
-CUT_MODES = ("refused", "unanswered")
+CUT_MODES = ("refused", "unanswered", "late")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -366,9 +368,10 @@ def positioned(e: Event) -> Positioned:
 
 
 class Process:
-    """What one consumer (or reader) process owns: its own store connection, list objects and
-    appliers, over the schedule's shared (proxied) cache. Built inside the actor's thread,
-    because a sqlite3 connection belongs to the thread that opened it."""
+    """What one consumer (or reader) process owns: its own store connection, list objects,
+    appliers and cache client (its own view of which servers are down and under which epoch),
+    proxied to the scheduler. Built inside the actor's thread, because a sqlite3 connection
+    belongs to the thread that opened it."""
 
     def __init__(self, world: World, seed: int, scheduled: bool, owner: str = "") -> None:
         import random
@@ -505,9 +508,11 @@ class _CutPipe(ServerPipe):
     """One process's connection to one server, which fails while the explorer has cut that
     process off the server (``World.cut``): ``refused``, nothing reaches the server (a refused
     connection, a partition); ``unanswered``, the server runs the request and the process never
-    hears back (a partition after the send, a hung server that runs it later). The product's own
-    code then finds the server down, goes around it and revokes its epoch if a write was lost,
-    exactly as for a real failure, but at a step the seed chose, with no timeout waited."""
+    hears back (a partition after the send); ``late``, the request waits and the server runs it
+    when the cut heals (a hung server resumed, running what waited in its socket). The
+    product's own code then finds the server down, goes around it and revokes its epoch if a
+    write was lost, exactly as for a real failure, but at a step the seed chose, with no
+    timeout waited."""
 
     def __init__(self, alias: str, address: tuple[str, int], world: World, owner: str) -> None:
         super().__init__(*address, BOUNDS.timeout_s)
@@ -516,8 +521,12 @@ class _CutPipe(ServerPipe):
         self._owner = owner
 
     def send(self, payload: bytes) -> None:
-        if self._world.cut_mode(self._owner, self.name) == "refused":
+        mode = self._world.cut_mode(self._owner, self.name)
+        if mode == "refused":
             self._fail("refused (cut off by the explorer)")
+        if mode == "late":
+            self._world.held.setdefault(self.name, []).append(payload)
+            return
         super().send(payload)
 
     def receive(self, lines: int) -> bytes:
@@ -525,7 +534,7 @@ class _CutPipe(ServerPipe):
             self._fail("no answer (cut off by the explorer)")
         return super().receive(lines)
 
-    def receive_values(self, count: int) -> list[Any]:
+    def receive_values(self, count: int) -> list[Item | None]:
         if self._world.cut_mode(self._owner, self.name) is not None:
             self._fail("no answer (cut off by the explorer)")
         return super().receive_values(count)
@@ -561,9 +570,11 @@ class _ExploredCluster(MemcacheCluster):
 
 
 class World:
-    """One schedule's shared things: the real cluster (flushed first: a seed must find the
-    same empty cache every time it runs), the SQLite file, the namespace, and the keys seen
-    written, for evictions that need no knowledge of the key layout."""
+    """One schedule's shared things: the real memcached servers (flushed first: a seed must
+    find the same empty cache every time it runs) and which processes are cut off which of
+    them, the virtual clock every process's ``ServerTrust`` reads, the SQLite file, the
+    namespace, and the keys seen written, for evictions that need no knowledge of the key
+    layout. The faults go through a process of their own (``admin``), never cut off."""
 
     def __init__(
         self,
@@ -588,6 +599,7 @@ class World:
         ]
         self.servers = [f"s{i}" for i in range(len(self.addresses))]
         self.cuts: dict[tuple[str, str], str] = {}  # (process or "*", server): how it is cut
+        self.held: dict[str, list[bytes]] = {}  # per server, requests it runs late (in order)
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
         self._epochs = 0
         self.admin = _ExploredCluster(self, ADMIN)  # the faults' own process
@@ -663,21 +675,40 @@ class World:
         server itself keeps running with its items: it comes back stale."""
         self.cuts[(target, server)] = mode
 
-    def heal(self, target: str, server: str) -> None:
+    def heal(self, target: str, server: str) -> int:
         """The cut ends; each process finds out at its next probe, when its own retry interval
-        has passed on the virtual clock."""
+        has passed on the virtual clock. A ``late`` cut's requests run now, in the order they
+        were sent, each under the epoch it was sent with; returns how many there were."""
         self.cuts.pop((target, server), None)
+        payloads = self.held.pop(server, [])
+        if payloads:  # then a no-op: its answer says every request before it has run
+            address = self.addresses[self.servers.index(server)]
+            with socket.create_connection(address, timeout=10) as sock:
+                sock.sendall(b"".join([*payloads, b"mn\r\n"]))
+                replies = b""
+                while not replies.endswith(b"MN\r\n"):
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        break
+                    replies += chunk
+        return len(payloads)
 
     def cut_mode(self, owner: str, server: str) -> str | None:
         if owner == ADMIN:
             return None
         return self.cuts.get((owner, server)) or self.cuts.get(("*", server))
 
-    def restart_server(self, index: int) -> list[bytes]:
-        """Server ``s{index}`` restarted empty (a flush of that server alone): its items are
-        lost, and with them the epoch copies it kept as a guard of the others. The keys lost
-        are those the (session-independent) ring puts there."""
-        server = self.servers[index % len(self.servers)]
+    def server_of(self, which: int | ListId) -> str:
+        """A server by index, or the server holding a list's head (the key read first)."""
+        if isinstance(which, int):
+            return self.servers[which % len(self.servers)]
+        kind, user = which
+        return self.admin.server_for(f"{self.namespace}|{KIND_CODES[kind]}|{user}".encode())
+
+    def restart_server(self, server: str) -> list[bytes]:
+        """``server`` restarted empty (a flush of that server alone): its items are lost, and
+        with them the epoch copies it kept as a guard of the others. The keys lost are those
+        the (session-independent) ring puts there."""
         lost = [k for k in self.present if self.admin.server_for(k) == server]
         self.admin.flush_server(server)
         self._forget(lost)
@@ -777,10 +808,9 @@ class World:
         return key.startswith(f"{self.namespace}|{post_bodies.CODE}|".encode())
 
     def restart(self, half: int) -> list[bytes]:
-        """A memcached server restart, placement-independent: every key of this schedule in
-        one half of a fixed hash is lost at once. (A real flush of one server would lose the
-        keys the live ring puts there, which depends on the session's free ports, so the same
-        seed would lose different keys in another session.)"""
+        """A memcached restart's loss spread over the servers: every key of this schedule in one
+        half of a fixed hash is lost at once, the epochs left alone (``restart_server`` restarts
+        one server, epoch copies and all)."""
         lost = [k for k in self.present if zlib.crc32(k) % 2 == half]
         self.admin.delete_many(lost)
         self._forget(lost)
@@ -792,7 +822,8 @@ class World:
         """A fresh process for the verdict, with every server up (every cut healed) and usable
         (a lease on each, a fresh epoch where one was revoked): so the verdict reads the cache,
         not the store around it, and an epoch left unrevoked over stale items would be read."""
-        self.cuts.clear()
+        for target, server in list(self.cuts):
+            self.heal(target, server)
         proc = self.process(seed=0, scheduled=False, owner="check")
         proc.cluster.settle()
         return proc
@@ -879,14 +910,15 @@ class World:
             return f"RESTART half {args[0]}: lost {len(lost)} keys {' '.join(lost)}"
         if call == "fault.server-restart":
             lost = sorted(self.short(k) for k in result or [])
-            return f"SERVER s{args[0]} RESTARTED EMPTY: lost {len(lost)} keys {' '.join(lost)}"
+            return f"SERVER {args[0]} RESTARTED EMPTY: lost {len(lost)} keys {' '.join(lost)}"
         if call == "fault.cut":
             target, server, mode = args
             who = "everyone" if target == "*" else target
             return f"CUT {who} off {server} ({mode})"
         if call == "fault.heal":
             target, server = args
-            return f"HEAL {'everyone' if target == '*' else target} and {server}"
+            late = f" ({result} requests run late)" if step.done and result else ""
+            return f"HEAL {'everyone' if target == '*' else target} and {server}{late}"
         shown = " ".join([call, *map(str, args)])
         return f"{shown} → {result}" if step.done and result is not None else shown
 
@@ -1070,6 +1102,8 @@ class _Forensics:
             return "removal-not-idempotent"
         if self._redelivery_superseded(edge):
             return "redelivery-superseded"
+        if kind != TIMELINE and self._drop_lost(f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()):
+            return "unreachable-counter-drop-lost"
         key = f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()
         writes = self._writes(edge, post)
         commit, gen_prefix = self._commit(key, kind)
@@ -1106,6 +1140,26 @@ class _Forensics:
         if self._lease_lost(key, rebuilder, commit):
             return "lease-lost"
         return ""
+
+    def _drop_lost(self, key: bytes) -> bool:
+        """A writer found the newest shard's counter of this list on an unusable server
+        (``missed`` names it), skipped its write and dropped the list only if its head was
+        unchanged; the head had changed since the writer read it (a build committed, a
+        rollover), so the drop failed (EXISTS) and the list stayed without the write: revoking
+        the counter's server loses the counter, not the shards that hold the list."""
+        counters: dict[str, int] = {}  # per actor, its first such skip
+        for s in self.steps:
+            if s.call == "cache.missed" and any(
+                k.startswith(key + SEP) and k.endswith(SEP + b"n") for k in s.args[0]
+            ):
+                counters.setdefault(s.actor, s.index)
+        return any(
+            s.call == "cache.delete_if_unchanged"
+            and s.done
+            and s.result.get(key) is Outcome.EXISTS
+            and counters.get(s.actor, s.index) < s.index
+            for s in self.steps
+        )
 
     def _body_after_deletion(self, author: str, post: str) -> str:
         """A deleted post shown: the post's body item was written live after a deletion's SET

@@ -33,6 +33,8 @@ SCENARIOS = ("graph", "removal", "hotlist", "timeline", "deletion")
 TIMELINE_SCENARIOS = ("timeline", "deletion")
 DEFAULT_SCHEDULES = 100  # per scenario: 500 in all
 WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
+# Steps from the last cache-server fault to the end of the claims it left (see server_faults).
+CLAIM_TTL_STEPS = 100
 # Fault actors: they own a process but use it for nothing a cut off a server would change.
 PASSIVE = frozenset({"evictor", "leaseclock", "restart"})
 
@@ -512,31 +514,41 @@ class Actors:
     def server_faults(self, faults: list[ServerFault]) -> None:
         """Cache servers failing, one at a time (memcache/trust.py, docs/design/cache-failover.md):
         a process cut off a server (or the server down for every process) from one step to a
-        later one, its requests refused or left unanswered (the server running them), while
-        the server keeps its items and the other processes go on using it: it comes back
-        stale for the process that was cut off. Or a server restarted empty, the epoch copies it
-        kept as a guard lost with its items. Each process finds a server down and back by
-        itself, when its retry interval has passed on the virtual clock."""
+        later one, its requests refused, left unanswered (the server running them) or run late
+        (when the cut heals), while the server keeps its items and the other processes go on
+        using it: it comes back stale for the process that was cut off. Or a server
+        restarted empty, the epoch copies it kept as a guard lost with its items. Each process
+        finds a server down and back by itself, when its retry interval has passed on the
+        virtual clock."""
 
         def body(proc: adapter.Process) -> None:
             for fault in faults:
                 self.sched.idle_until(fault.at)
+                server = self.world.server_of(fault.server)
                 if fault.kind == "restart":
-                    step = self.sched.pause("fault.server-restart", (fault.server,))
-                    lost = self.world.restart_server(fault.server)
+                    step = self.sched.pause("fault.server-restart", (server,))
+                    lost = self.world.restart_server(server)
                     if step is not None:
                         step.result, step.done = lost, True
                     continue
-                server = self.world.servers[fault.server % len(self.world.servers)]
                 step = self.sched.pause("fault.cut", (fault.target, server, fault.kind))
                 self.world.cut(fault.target, server, fault.kind)
                 if step is not None:
                     step.done = True
                 self.sched.idle_until(fault.until)
                 step = self.sched.pause("fault.heal", (fault.target, server))
-                self.world.heal(fault.target, server)
+                late = self.world.heal(fault.target, server)
                 if step is not None:
-                    step.done = True
+                    step.result, step.done = late, True
+            # A build that met its server unavailable is answered from the store and leaves
+            # its claim, as a crashed builder would; its readers wait, then read the store,
+            # until the claim's TTL ends it. Claims outlive any schedule here (adapter.LEASE_S):
+            # that TTL passes now, a while after the last fault.
+            self.sched.idle_until(len(self.sched.steps) + CLAIM_TTL_STEPS)
+            step = self.sched.pause("fault.lease-expiry")
+            expired = self.world.expire_leases()
+            if step is not None:
+                step.args, step.done = (expired,), True
 
         self.spawn("servers", body, faults[0].at)
 
@@ -559,24 +571,35 @@ class ServerFault:
     kind: str
     at: int
     until: int
-    server: int
+    server: int | ListId  # a server's index, or the list whose head's server it is
     target: str = ""
 
 
-def server_faults(rng: random.Random, horizon: int, processes: Sequence[str]) -> list[ServerFault]:
+def server_faults(
+    rng: random.Random, horizon: int, processes: Sequence[str], hot: Sequence[ListId]
+) -> list[ServerFault]:
     """One to three faults, one after the other (a server and its guards lost together, two
     failures at once, is a documented limit of the design: writes fail and are retried).
-    Cuts last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100),
-    some end before the process cut off even noticed."""
+    Mostly the server of a list the live events write to, and a writer cut off it: that is
+    where an append is missed and the server comes back stale for a list others read. Cuts
+    last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100), some
+    end before the process cut off even noticed."""
     faults = []
     at = rng.randrange(5, max(6, horizon // 2))
+    writers = [p for p in processes if not p.startswith(("reader", "invalidator"))]
     for _ in range(rng.randint(1, 3)):
-        server = rng.randrange(3)
+        server: int | ListId = rng.choice(hot) if rng.random() < 0.7 else rng.randrange(3)
         if rng.random() < 0.2:
             faults.append(ServerFault("restart", at, at, server))
             at += rng.randint(5, 60)
             continue
-        target = "*" if rng.random() < 0.3 or not processes else rng.choice(processes)
+        r = rng.random()
+        if r < 0.25 or not processes:
+            target = "*"
+        elif r < 0.75 and writers:
+            target = rng.choice(writers)
+        else:
+            target = rng.choice(processes)
         until = at + rng.randint(5, 200)
         faults.append(ServerFault(rng.choice(adapter.CUT_MODES), at, until, server, target))
         at = until + rng.randint(1, 60)
@@ -649,7 +672,7 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
     if rng.random() < load.server_faults:  # drawn last: the other actors are as without it
         processes = [a.partition("@")[0] for a in actors.run.actors]
         processes = [a for a in processes if a not in PASSIVE]
-        actors.server_faults(server_faults(rng, horizon, processes))
+        actors.server_faults(server_faults(rng, horizon, processes, hot))
 
 
 # -- one schedule --------------------------------------------------------------------------------

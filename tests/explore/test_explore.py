@@ -56,10 +56,10 @@ def test_a_seed_replays_identically(cache: MemcacheCluster, tmp_path: Path) -> N
 
 def test_serial_schedules_find_nothing(cache: MemcacheCluster, tmp_path: Path) -> None:
     """The explorer itself raises no false alarms: the same workloads (duplicates, replays,
-    zombies, evictions, restarts, invalidations) with the actors run one after the other
-    leave every list equal to the store. Crashes between store and lists are left out: with a
-    removal that is not idempotent, a redelivered removal breaks lists even without
-    concurrency (removal-not-idempotent in docs/testing.md)."""
+    zombies, evictions, restarts, invalidations, cache servers cut off or restarted) with the
+    actors run one after the other leave every list equal to the store. Crashes between store
+    and lists are left out: with a removal that is not idempotent, a redelivered removal
+    breaks lists even without concurrency (removal-not-idempotent in docs/testing.md)."""
     failed = []
     for scenario in SCENARIOS:
         for seed in range(6):
