@@ -89,8 +89,22 @@ def test_killing_partition_leaders_mid_stream_loses_and_resurrects_nothing(
         }
     )
 
+    # The sender may not run past `released`: each kill happens while it is still sending,
+    # however long a broker restart takes on a loaded machine.
+    released = EVENTS // 2
+    gate = threading.Condition()
+
+    def release(upto: int) -> None:
+        nonlocal released
+        with gate:
+            released = upto
+            gate.notify_all()
+
     def produce() -> None:
         for event in range(EVENTS):
+            with gate:
+                while event >= released:
+                    gate.wait()
             while True:
                 try:
                     producer.produce(
@@ -108,16 +122,19 @@ def test_killing_partition_leaders_mid_stream_loses_and_resurrects_nothing(
     sender.start()
     nodes = {n.node.node_id: n for n in cluster}
     kills = 0
-    for _ in range(2):  # the leader of most partitions, then (after it is back) another
-        while len(acked) < EVENTS * (kills + 1) // 4:
+    # The leader of most partitions at a quarter of the stream, then (after it is back) another
+    # at five eighths; the stream goes on against the other two while each is down.
+    for kill_at, then_release in ((EVENTS // 4, EVENTS * 3 // 4), (EVENTS * 5 // 8, EVENTS)):
+        while len(acked) < kill_at:
+            assert sender.is_alive()
             time.sleep(0.05)
-        assert sender.is_alive()  # mid-stream
         victim = leaders(admin, topic).most_common(1)[0][0]
         os.kill(nodes[victim].pid, signal.SIGKILL)
         kills += 1
         time.sleep(3)  # the stream goes on against the other two
         nodes[victim] = kafka_node.restart_node(nodes[victim], tmp_path / "logs", NODES, 120)
         cluster[:] = list(nodes.values())
+        release(then_release)
     sender.join(timeout=240)
     assert not sender.is_alive()
 
