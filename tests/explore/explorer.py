@@ -707,9 +707,11 @@ def run_schedule(
     load = workload(scenario, rng)
     if not crashes:
         load.crash = 0.0
-    share = os.environ.get("FANOUT_EXPLORE_SERVER_FAULTS") if server_faults is None else None
-    if server_faults is not None or share is not None:
-        load.server_faults = float(share) if share is not None else float(server_faults or 0.0)
+    share = (
+        os.environ.get("FANOUT_EXPLORE_SERVER_FAULTS") if server_faults is None else server_faults
+    )
+    if share is not None:
+        load.server_faults = float(share)
     run.events, run.setup = load.log.events, load.setup
     db = workdir / f"{scenario}-{seed}.db"
     for stale in workdir.glob(f"{db.name}*"):
