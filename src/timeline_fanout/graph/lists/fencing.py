@@ -158,8 +158,9 @@ def invalidate(cache: Cache, heads: list[bytes]) -> None:
         cache.delete_many(heads)
 
 
-def drop_if_unchanged(cache: Cache, heads: Mapping[bytes, bytes]) -> None:
+def drop_if_unchanged(cache: Cache, heads: Mapping[bytes, bytes]) -> dict[bytes, Outcome]:
     """Drop lists found broken (a missing shard, corrupt bytes), each only if its head is still
-    the one read (CAS id): a reader with an old view must not drop a newer, good generation."""
-    if heads:
-        cache.delete_if_unchanged(heads)
+    the one read (CAS id): a reader with an old view must not drop a newer, good generation.
+    EXISTS where the head changed since it was read (a writer must not count such a list as
+    dropped: the new head may lack its write)."""
+    return cache.delete_if_unchanged(heads) if heads else {}

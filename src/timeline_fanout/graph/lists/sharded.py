@@ -28,6 +28,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.decoded import DecodedLists
@@ -62,14 +63,24 @@ class _Plan:
     rollovers: list[_Located] = field(default_factory=list)
 
 
+class _Broken(NamedTuple):
+    item: Pending
+    head: Item  # as read: a newer head is never dropped
+
+
 @dataclass(slots=True)
 class _Retries:
-    """What a step of a write round leaves: writes to go round again, and lists to drop (their
-    heads as read, so a newer head is never dropped) whose writes are skipped (the store has
-    them; the next reader rebuilds the list)."""
+    """What a step of a write round leaves: writes to go round again, and writes whose lists
+    are to be dropped (``break_list``). Such a write is skipped only once its list is gone (the
+    store has the write; the next reader rebuilds the list with it): if the head changed since
+    it was read (a rebuild committed, a rollover named a shard), the drop is refused and the
+    write goes round against the new head, which may lack it."""
 
     again: list[Pending] = field(default_factory=list)
-    broken: dict[ListRef, Item] = field(default_factory=dict)
+    broken: dict[ListRef, _Broken] = field(default_factory=dict)
+
+    def break_list(self, item: Pending, head: Item) -> None:
+        self.broken[item.ref] = _Broken(item, head)
 
     def add(self, other: _Retries) -> None:
         self.again += other.again
@@ -237,6 +248,21 @@ class ListStore(TokenLists):
         fencing.drop_if_unchanged(self.cache, {keys[ref]: head.cas for ref, head in broken.items()})
         self.stats.invalidations += len(broken)
 
+    def _drop_or_retry(self, broken: Mapping[ListRef, _Broken]) -> list[Pending]:
+        """Drop the lists a write round found broken, each if its head is unchanged, and skip
+        their writes; a write whose list's head changed since it was read goes round again."""
+        outcomes = fencing.drop_if_unchanged(
+            self.cache, {b.item.key: b.head.cas for b in broken.values()}
+        )
+        again: list[Pending] = []
+        for item, _ in broken.values():
+            if outcomes[item.key] is Outcome.EXISTS:
+                again.append(item)
+            else:
+                self._skip(item)
+        self.stats.invalidations += len(broken) - len(again)
+        return again
+
     def _wasteful(self, keys: list[bytes], shards: list[Item], members: frozenset[str]) -> bool:
         if len(keys) < MIN_SHARDS_TO_REPACK:
             return False
@@ -278,8 +304,7 @@ class ListStore(TokenLists):
             try:
                 idx = Index.parse(head.value)
             except CorruptList:
-                left.broken[item.ref] = head
-                self._skip(item)  # dropped below: the next reader rebuilds it, write included
+                left.break_list(item, head)  # the next reader rebuilds it, write included
                 continue
             newest = shard_key(item.key, idx.gen, idx.shards[-1])
             located.append(_Located(item, idx, head, newest))
@@ -309,11 +334,9 @@ class ListStore(TokenLists):
             if full and not at.index.building:
                 plan.rollovers.append(at)  # the shard is full: open a new one
             else:  # evicted (the list is incomplete), or a build's journal full: drop the
-                left.broken[at.item.ref] = at.head  # list, writers never wait for a build
-                self._skip(at.item)
+                left.break_list(at.item, at.head)  # list, writers never wait for a build
         left.add(self._roll_over(plan.rollovers))
-        self._drop(keys, left.broken)
-        return left.again
+        return left.again + self._drop_or_retry(left.broken)
 
     def _reachable(self, located: list[_Located], left: _Retries) -> list[_Located]:
         """The writes whose newest shard and its counter are on usable servers. The others'
@@ -330,8 +353,7 @@ class ListStore(TokenLists):
         self.cache.missed(unusable, self.cache.checkpoint())
         for at, fine in zip(located, ok, strict=True):
             if not fine:
-                left.broken[at.item.ref] = at.head
-                self._skip(at.item)
+                left.break_list(at.item, at.head)
         return [at for at, fine in zip(located, ok, strict=True) if fine]
 
     def _recount(self, uncounted: list[_Located]) -> _Retries:
@@ -346,8 +368,7 @@ class ListStore(TokenLists):
         self.cache.add_many(seeds, expire=self.part_expiry())
         for at in uncounted:
             if at.shard not in present:
-                left.broken[at.item.ref] = at.head
-                self._skip(at.item)
+                left.break_list(at.item, at.head)
             else:
                 left.again.append(at.item)
         return left
@@ -373,8 +394,7 @@ class ListStore(TokenLists):
         shard_of: dict[bytes, bytes] = {}
         for key, (at, name) in named.items():
             if added[key] is Outcome.TOO_LARGE:  # tokens past the item limit: the store has them
-                left.broken[at.item.ref] = at.head
-                self._skip(at.item)
+                left.break_list(at.item, at.head)
                 continue
             if not added[key].ok:  # a name collision: try another
                 left.again.append(at.item)
@@ -398,8 +418,7 @@ class ListStore(TokenLists):
             elif outcome is Outcome.NOT_FOUND:  # the list is gone: the store has the write
                 self._skip(at.item)
             else:  # the index itself is full: drop the list, a rebuild packs it
-                left.broken[at.item.ref] = at.head
-                self._skip(at.item)
+                left.break_list(at.item, at.head)
         if orphans:
             self.cache.delete_many(orphans)
         return left
