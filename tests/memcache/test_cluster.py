@@ -228,6 +228,21 @@ def test_batch_placement_is_hashclients_for_any_number_of_servers() -> None:
         assert [ring.nodes[o] for o in owners] == [reference.get_node(k.decode()) for k in keys]
 
 
+def test_remembered_placements_are_the_placements_across_batches_past_the_bound() -> None:
+    from pymemcache.client.rendezvous import RendezvousHash
+
+    from timeline_fanout.memcache.cluster import RendezvousRing
+
+    nodes = [f"10.0.0.{i}:11211" for i in range(3)]
+    reference = RendezvousHash(nodes)
+    ring = RendezvousRing(nodes, remembered=50)  # overlapping batches outgrow it again and again
+    for start in range(0, 400, 30):
+        keys = [b"tf|tl|user%d" % i for i in range(start, start + 45)][::-1]
+        owners = ring.owners(keys + keys[:5])  # a repeat within the batch
+        expected = [reference.get_node(k.decode()) for k in keys + keys[:5]]
+        assert [ring.nodes[o] for o in owners] == expected
+
+
 def test_reads_take_values_by_length_whatever_bytes_they_hold(cache: MemcacheCluster) -> None:
     tricky = {
         b"crlf": b"a\r\nEN\r\nVA 3 c1 t-1\r\nxyz\r\n",
