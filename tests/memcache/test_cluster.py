@@ -12,7 +12,9 @@ from timeline_fanout.memcache.cluster import (
     Outcome,
     keep_ttl,
 )
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
+from timeline_fanout_devstack.memcached_processes import end, own_server, start
 
 STORED, NOT_STORED, EXISTS, NOT_FOUND, TOO_LARGE = (
     Outcome.STORED,
@@ -236,8 +238,8 @@ def test_remembered_placements_are_the_placements_across_batches_past_the_bound(
     nodes = [f"10.0.0.{i}:11211" for i in range(3)]
     reference = RendezvousHash(nodes)
     ring = RendezvousRing(nodes, remembered=50)  # overlapping batches outgrow it again and again
-    for start in range(0, 400, 30):
-        keys = [b"tf|tl|user%d" % i for i in range(start, start + 45)][::-1]
+    for first in range(0, 400, 30):
+        keys = [b"tf|tl|user%d" % i for i in range(first, first + 45)][::-1]
         owners = ring.owners(keys + keys[:5])  # a repeat within the batch
         expected = [reference.get_node(k.decode()) for k in keys + keys[:5]]
         assert [ring.nodes[o] for o in owners] == expected
@@ -264,3 +266,31 @@ def test_versions_probe_every_server_and_name_the_one_down(
     down = MemcacheCluster([refused.pair], timeout=0.5)
     with pytest.raises(CacheUnavailable, match=r"memcached 127\.0\.0\.1:"):
         down.versions()
+
+
+def test_a_cas_id_read_before_a_restart_never_matches_an_item_written_after_it() -> None:
+    """memcached counts CAS ids from 1 again when it restarts, so the id of an item read before
+    can be the id of a newer item of the same key; a fence that sent it (a rebuild's commit, a
+    rollover, a body fill) would overwrite or drop that item. Any restart closes the connection
+    the id was read on, and an id is never sent on another connection."""
+    with own_server() as (proc, (host, port)):
+        trust = ServerTrust([f"{host}:{port}"], TrustSettings(0.3, 0.3, 0.3))
+        cache = MemcacheCluster([(host, port)], trust=trust)
+        cache.set_many({b"k": b"old"})
+        token = cache.gets_many([b"k"])[b"k"].cas
+        end(proc)
+        restarted = start(port)
+        try:
+            assert cache.get_many([b"k"]) == {}  # the old connection fails: down, then probed
+            for _ in range(50):
+                if cache.available([b"k"]) == [True]:
+                    break
+                cache.wait(0.1)
+            cache.set_many({b"k": b"new"})  # the restarted server's first id: the old one's
+            assert cache.cas(b"k", b"stale", token) is EXISTS
+            assert cache.delete_if_unchanged({b"k": token}) == {b"k": EXISTS}
+            fresh = cache.gets_many([b"k"])[b"k"]
+            assert fresh.value == b"new"
+            assert cache.cas(b"k", b"newer", fresh.cas) is STORED
+        finally:
+            end(restarted)

@@ -39,6 +39,7 @@ from timeline_fanout.memcache.wire import (
     Outcome,
     Refused,
     ServerPipe,
+    cas_on,
     cas_pipeline,
     line_pipeline,
     meta_get_pipeline,
@@ -174,6 +175,15 @@ class _Job:
     # server's epoch is revoked for every unanswered write.
     absent: bytes | None = None
     quiet: bool = False  # meta sets answered only when refused, then MN (wire.py)
+    cas_column: int | None = None  # the column of CAS tokens (``Item.cas``), if any
+
+    def on(self, columns: Sequence[Sequence[Any]], connection: int) -> list[Sequence[Any]]:
+        """``columns`` to send on ``connection``: CAS tokens read on another connection made
+        ``NO_CAS_ID`` (``wire.cas_on``: the server may have restarted since)."""
+        at = self.cas_column
+        if at is None:
+            return list(columns)
+        return [*columns[:at], cas_on(columns[at], connection), *columns[at + 1 :]]
 
     def unanswered(self, keys: Sequence[bytes]) -> Any:
         """The replies of the commands for ``keys`` to an unavailable server; a quiet job's
@@ -316,7 +326,8 @@ class MemcacheCluster:
                             self._pipes[node].send(jobs[index].build(mine, suffix))
                             continue
                         sent = [k + suffix for k in mine] if suffix else mine
-                        self._pipes[node].send(jobs[index].build(sent, *cols))
+                        pipe = self._pipes[node]
+                        pipe.send(jobs[index].build(sent, *jobs[index].on(cols, pipe.connect())))
                 except CacheUnavailable:
                     failed(node)
             for node, in_flight in flying.items():
@@ -430,7 +441,7 @@ class MemcacheCluster:
             return None
         pipe = self._pipes[guard]
         try:
-            pipe.send(job.build(job.keys, *job.columns))
+            pipe.send(job.build(job.keys, *job.on(job.columns, pipe.connect())))
             if job.values:
                 return pipe.receive_values(len(job.keys))
             return pipe.outcomes(pipe.receive(len(job.keys)), len(job.keys))
@@ -461,7 +472,8 @@ class MemcacheCluster:
         """A write of ``value`` where ``item`` was read: CAS against it, or ADD where absent."""
         if item is None:
             return _Job(_add_one, [key], ([value],), absent=_STORED_LINE)
-        return _Job(cas_pipeline, [key], ([value], [item.cas], [0]), absent=b"NOT_FOUND\r\n")
+        columns = ([value], [item.cas], [0])
+        return _Job(cas_pipeline, [key], columns, absent=b"NOT_FOUND\r\n", cas_column=1)
 
     def _fresh_epoch(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
         """A new epoch for ``node``, only once a revocation has stood on its guards for a whole
@@ -596,7 +608,8 @@ class MemcacheCluster:
         expires = [expire] * len(keys) if isinstance(expire, int) else [expire[k] for k in keys]
         pairs = list(values.values())
         columns = ([v for v, _ in pairs], _cas_ids([c for _, c in pairs]), expires)
-        return self._outcomes(_Job(cas_pipeline, keys, columns, absent=b"NOT_FOUND\r\n"))
+        job = _Job(cas_pipeline, keys, columns, absent=b"NOT_FOUND\r\n", cas_column=1)
+        return self._outcomes(job)
 
     def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome:
         return self.cas_many({key: (value, cas_id)}, expire)[key]
@@ -609,7 +622,7 @@ class MemcacheCluster:
             return line_pipeline(b"md", keys, [b" C" + c for c in ids])
 
         ids = (_cas_ids(list(items.values())),)
-        return self._outcomes(_Job(build, list(items), ids, absent=b"NF\r\n"))
+        return self._outcomes(_Job(build, list(items), ids, absent=b"NF\r\n", cas_column=0))
 
     def _lines(
         self, command: bytes, args: Mapping[bytes, bytes], absent: bytes | None

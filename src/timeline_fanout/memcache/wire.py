@@ -19,6 +19,7 @@ append costs no reply to write, read or parse and every refusal is still reporte
 from __future__ import annotations
 
 import enum
+import itertools
 import socket
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
@@ -85,8 +86,25 @@ class Item(NamedTuple):
     conditional writes refuse it (``ValueError``)."""
 
     value: bytes
-    cas: bytes  # b"": not asked for
+    cas: bytes  # b"": not asked for; else a token: memcached's CAS id and connection (cas_on)
     ttl: int  # seconds left; -1: never expires; NOT_READ: not asked for
+
+
+# A CAS id no item holds (memcached counts them up from 1 in 64 bits).
+NO_CAS_ID = b"18446744073709551615"
+# Connections numbered across the process, so a token read on one pipe never passes on another.
+_CONNECTIONS = itertools.count(1)
+
+
+def cas_on(tokens: Sequence[bytes], connection: int) -> list[bytes]:
+    """The CAS ids to send on ``connection`` for ``tokens`` (``Item.cas``: ``id/connection``).
+    A restarted server counts its CAS ids from 1 again, so an id read before the restart can
+    name a new item of the same key; any restart closes the connection it was read on. A token
+    read on another connection is therefore sent as ``NO_CAS_ID``: its write answers EXISTS
+    (or NOT_FOUND), as for an item changed since it was read."""
+    current = b"/%d" % connection
+    cut = len(current)
+    return [t[: len(t) - cut] if t.endswith(current) else NO_CAS_ID for t in tokens]
 
 
 class ServerPipe:
@@ -99,16 +117,30 @@ class ServerPipe:
         self._address = (host, port)
         self._timeout = timeout
         self._sock: socket.socket | None = None
+        self._connection = 0
         self._unread = b""
 
+    def connect(self) -> int:
+        """The number of the open connection, opened if there is none (``cas_on``)."""
+        self._socket()
+        return self._connection
+
     def send(self, payload: bytes) -> None:
+        sock = self._socket()
         try:
-            if self._sock is None:
-                self._sock = socket.create_connection(self._address, self._timeout)
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sock.sendall(payload)
+            sock.sendall(payload)
         except OSError as exc:
             self._fail(str(exc))
+
+    def _socket(self) -> socket.socket:
+        if self._sock is None:
+            try:
+                self._sock = socket.create_connection(self._address, self._timeout)
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:
+                self._fail(str(exc))
+            self._connection = next(_CONNECTIONS)
+        return self._sock
 
     def receive(self, lines: int) -> bytes:
         """The next ``lines`` reply lines, ``\\r\\n`` included."""
@@ -129,9 +161,10 @@ class ServerPipe:
         an ``Item`` for a hit, None for a miss (``take_values`` parses them)."""
         buf, pos = self._unread, 0
         found: list[Item | None] = []
+        stamp = b"/%d" % self._connection
         while True:
             try:
-                pos, need = take_values(buf, pos, count, found)
+                pos, need = take_values(buf, pos, count, found, stamp=stamp)
             except ValueError as exc:
                 self._fail(str(exc))
             if not need:
@@ -282,7 +315,12 @@ _new_item = tuple.__new__
 
 
 def take_values(
-    buf: bytes, pos: int, count: int, found: list[Item | None], writable: bool = True
+    buf: bytes,
+    pos: int,
+    count: int,
+    found: list[Item | None],
+    writable: bool = True,
+    stamp: bytes = b"",
 ) -> tuple[int, int]:
     """Parses meta get replies (flags ``v c t``, or ``v`` if not ``writable``) from
     ``buf[pos:]`` onto ``found`` until it holds ``count``: returns the position after the last
@@ -311,7 +349,8 @@ def take_values(
         if len(buf) < end + 2:
             return pos, end + 2 - pos
         if writable:
-            found.append(_new_item(Item, (buf[eol + 2 : end], head[2][1:], int(head[3][1:]))))
+            cas = head[2][1:] + stamp
+            found.append(_new_item(Item, (buf[eol + 2 : end], cas, int(head[3][1:]))))
         else:
             found.append(_new_item(Item, (buf[eol + 2 : end], b"", NOT_READ)))
         pos = end + 2
