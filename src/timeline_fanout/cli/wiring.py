@@ -21,6 +21,7 @@ from timeline_fanout.graph.model.keys import ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.page_memo import PageMemo
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
@@ -99,31 +100,45 @@ def celebrity_posts(
     )
 
 
+def post_bodies(
+    store: EdgeStore, timelines: CappedListStore, known: KnownTexts | None = None
+) -> PostBodies:
+    """Post texts and deletions on the timelines' cluster; ``known``: the process's texts known
+    under a deletion mark (graph/timelines/known_texts.py), a new memory if None."""
+    return PostBodies(timelines.cache, store, timelines.keys, timelines.settings.heal_s, known)
+
+
 def timeline_reader(
     settings: Settings,
     store: EdgeStore,
     memory: ReadMemory | None = None,
     cache: Cache | None = None,
     shared: StoreReads | None = None,
+    known: KnownTexts | None = None,
 ) -> TimelineReader:
-    """``memory`` and ``shared``: shared by the readers of one process's threads
-    (graph/timelines/fetch.py, graph/lists/shared_reads.py)."""
+    """``memory``, ``shared`` and ``known``: shared by the readers of one process's threads
+    (graph/timelines/fetch.py, graph/lists/shared_reads.py, graph/timelines/known_texts.py)."""
     follow_lists = list_store(settings, store, cache, shared)
     timelines = timeline_store(settings, store, follow_lists.cache, shared)
     celebrities = celebrity_posts(settings, store, timelines)
+    bodies = post_bodies(store, timelines, known)
     return TimelineReader(
-        store, follow_lists, timelines, settings.timeline_max, celebrities, memory
+        store, follow_lists, timelines, settings.timeline_max, celebrities, memory, bodies
     )
 
 
 def warm_reads(
-    settings: Settings, memory: ReadMemory, memo_bytes: int = 0, trust: ServerTrust | None = None
+    settings: Settings,
+    memory: ReadMemory,
+    memo_bytes: int = 0,
+    trust: ServerTrust | None = None,
+    known: KnownTexts | None = None,
 ) -> WarmReads:
-    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory`` and
-    ``trust`` with the process's blocking readers; ``memo_bytes`` of rendered pages
-    (graph/timelines/page_memo.py)."""
+    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory``,
+    ``trust`` and ``known`` with the process's blocking readers; ``memo_bytes`` of rendered
+    pages (graph/timelines/page_memo.py)."""
     replay = ReplayCache()
-    reader = timeline_reader(settings, OfflineStore(), memory, replay)
+    reader = timeline_reader(settings, OfflineStore(), memory, replay, known=known)
     cache = AsyncMemcache(settings.memcached_servers, trust=trust or server_trust(settings))
     return WarmReads(reader, replay, cache, PageMemo(memo_bytes) if memo_bytes else None)
 
@@ -191,8 +206,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
-    heal_s = timelines.settings.heal_s
-    bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
+    bodies = post_bodies(store, timelines)  # one applier per process: the process's memory
     return FanoutApplier(
         store,
         follow_lists,
@@ -203,7 +217,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
         settings.celebrity_threshold,
         celebrity_posts(settings, store, timelines),
         bodies,
-        AuthorPages(timelines.cache, store, timelines.keys, bodies, heal_s),
+        AuthorPages(timelines.cache, store, timelines.keys, bodies, timelines.settings.heal_s),
     )
 
 

@@ -93,7 +93,10 @@ class TimelineReader:
         cap: int,
         celebrity_posts: CelebrityPosts | None = None,
         memory: ReadMemory | None = None,
+        bodies: PostBodies | None = None,
     ) -> None:
+        """``bodies``: the post bodies pages are read through, with the process's texts known
+        under a deletion mark (graph/timelines/known_texts.py); its own if None."""
         self.follow_lists = follow_lists
         self.timelines = timelines
         self._cap = cap
@@ -102,7 +105,7 @@ class TimelineReader:
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
         heal_s = timelines.settings.heal_s
-        self.bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
+        self.bodies = bodies or PostBodies(timelines.cache, store, timelines.keys, heal_s)
         self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies, heal_s)
 
     def page(
