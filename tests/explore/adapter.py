@@ -93,7 +93,7 @@ PROJECT_API = (
     "another client's build)",
     "timeline_fanout.graph.lists.fencing BUILDING and generations (deadline, then 8 hex digits); "
     "graph.model.keys.SEP",
-    "PostBodies(cache, store, keys, heal_s, KnownTexts, Fresh); TimelineReader(..., bodies)",
+    "PostBodies(cache, store, keys, heal_s, KnownTexts, Fresh); TimelineReader(..., known)",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
     "FanoutApplier(..., CelebrityPosts, PostBodies).apply(batch); TimelineSource.snapshot",
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
@@ -440,7 +440,7 @@ class Process:
             AuthorPages(cache, store, self.timelines.keys, bodies, LEASE_S),
         )
         self.reader = TimelineReader(
-            store, self.lists, self.timelines, knobs.cap, celebrities, bodies=bodies
+            store, self.lists, self.timelines, knobs.cap, celebrities, known=world.known
         )
 
     def apply(self, events: Sequence[Event]) -> None:

@@ -100,14 +100,6 @@ def celebrity_posts(
     )
 
 
-def post_bodies(
-    store: EdgeStore, timelines: CappedListStore, known: KnownTexts | None = None
-) -> PostBodies:
-    """Post texts and deletions on the timelines' cluster; ``known``: the process's texts known
-    under a deletion mark (graph/timelines/known_texts.py), a new memory if None."""
-    return PostBodies(timelines.cache, store, timelines.keys, timelines.settings.heal_s, known)
-
-
 def timeline_reader(
     settings: Settings,
     store: EdgeStore,
@@ -121,9 +113,8 @@ def timeline_reader(
     follow_lists = list_store(settings, store, cache, shared)
     timelines = timeline_store(settings, store, follow_lists.cache, shared)
     celebrities = celebrity_posts(settings, store, timelines)
-    bodies = post_bodies(store, timelines, known)
     return TimelineReader(
-        store, follow_lists, timelines, settings.timeline_max, celebrities, memory, bodies
+        store, follow_lists, timelines, settings.timeline_max, celebrities, memory, known
     )
 
 
@@ -206,7 +197,9 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
     store = edge_store(settings)
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
-    bodies = post_bodies(store, timelines)  # one applier per process: the process's memory
+    heal_s = timelines.settings.heal_s
+    # One fan-out applier per process: its bodies' known texts are the process's.
+    bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
     return FanoutApplier(
         store,
         follow_lists,
@@ -217,7 +210,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
         settings.celebrity_threshold,
         celebrity_posts(settings, store, timelines),
         bodies,
-        AuthorPages(timelines.cache, store, timelines.keys, bodies, timelines.settings.heal_s),
+        AuthorPages(timelines.cache, store, timelines.keys, bodies, heal_s),
     )
 
 
