@@ -27,8 +27,7 @@ serves a rendered page again when its first multi-GET's replies are the same byt
 reading bodies. So every first multi-GET asks the reader's copy of the mark too
 (``{ns}|deletions|{n}``, one of 16 by a hash of the reader: no key is on every read), and
 every deletion SETs every copy to a fresh random value (graph/model/fresh.py) after its
-bodies' ``x`` (``delete``);
-the argument below holds copy by copy. A page rendered from a body
+bodies' ``x`` (``delete``); the argument below holds copy by copy. A page rendered from a body
 read before the ``x`` had its first multi-GET before that, hence before the mark's SET: its
 replies hold an older mark, and no later read finds that value again (values are never
 reused; an evicted mark is absent, then ADDed fresh by the next blocking read, ``keep_mark``,
@@ -41,18 +40,17 @@ costs every kept page one walk.
 ``store_posts``), so an item once live stays right until the deletion rewrites it, and the
 deletion then changes the mark. So a body read live by the multi-GET ``read`` sends, after a
 first multi-GET that found the mark at M, is remembered in the process with M
-(graph/timelines/known_texts.py), and
-a later read whose first multi-GET finds the mark at M takes the text from there without
-reading the item. Why that is never a post deleted before the later read began: take a
-deletion D of the post. Its ``x`` came after the remembered body read (which found the post
-live; after the ``x`` an item never says live, above), so D's mark SET came after that read's
-mark read, which found M; from then on the mark holds D's value, a later one, or none, never M
-again. A read that found M had its first multi-GET before D's mark SET, so before D was
-applied: the page memo's argument (graph/timelines/page_memo.py), post by post. Only bodies
-read after the mark are remembered: a body in ``found`` itself came from the same multi-GET as
-the mark, in no known order. A text is read again ``heal_s`` after it was remembered, as an
-item expires: whatever wrote a wrong text into an item is gone from every process as from
-memcached (docs/guarantees.md, bounded self-healing).
+(graph/timelines/known_texts.py), and a later read whose first multi-GET finds the mark at M
+takes the text from there without reading the item. Why that is never a post deleted before the
+later read began: take a deletion D of the post. Its ``x`` came after the remembered body read
+(which found the post live; after the ``x`` an item never says live, above), so D's mark SET
+came after that read's mark read, which found M; from then on the mark holds D's value, a later
+one, or none, never M again. A read that found M had its first multi-GET before D's mark SET, so
+before D was applied: the page memo's argument (graph/timelines/page_memo.py), post by post.
+Only bodies read after the mark are remembered: a body in ``found`` itself came from the same
+multi-GET as the mark, in no known order. A text is read again ``heal_s`` after it was
+remembered, as an item expires: whatever wrote a wrong text into an item is gone from every
+process as from memcached (docs/guarantees.md, bounded self-healing).
 
 Items expire after ``heal_s``, as every cached item does (docs/guarantees.md, bounded
 self-healing); an expired or evicted item is filled again from the store, one query per page,
