@@ -12,13 +12,12 @@ Things that are internals on purpose and would move with another redesign:
 - yield points *inside* an edge-store call (``_YieldingConnection`` on ``SqliteEdgeStore._db``):
   a statement outside a transaction is a yield point (``BEGIN IMMEDIATE`` of a write, the
   read-back ``SELECT``s), none inside one (a store transaction is atomic, as it is for real);
-- what makes a run time- and entropy-dependent, replaced for reproducibility: generation names
-  (``graph_lists.fencing.new_generation``: a counter), rollover shard names and the deletion
-  mark's values (``secrets`` in graph/lists/sharded.py and graph/timelines/post_bodies.py:
-  seeded, so the texts known under a mark, ``post_bodies._KNOWN``, start empty in every run),
-  the claim TTL (``graph_lists.fencing.LEASE_S``: longer than any
-  schedule, so a claim expires only as an injected fault) and a reader's wait for someone
-  else's build (``TokenLists._pause``: a yield point on the virtual clock);
+- what would make a run time- and entropy-dependent, passed in for reproducibility: the clock
+  and random hex generation ids, rollover shard names and the deletion mark's values are made
+  from (``Fresh``, given to the lists and post bodies: a fixed clock and a counter), the texts
+  known under a mark (``KnownTexts``: a new one in every run), the claim TTL
+  (``ListSettings.lease_s``: longer than any schedule, so a claim expires only as an injected
+  fault); a reader's wait for someone else's build is the cache's ``wait``, a virtual sleep;
 - the cache as each process sees it (``_ExploredCluster``, a ``MemcacheCluster`` subclass that
   sets ``_clients``, ``_pipes`` and ``_ring`` itself): its own ``ServerTrust`` on the schedule's
   virtual clock (``World.now``: steps taken and virtual sleeps, never the wall clock), epochs
@@ -35,12 +34,10 @@ import re
 import socket
 import sqlite3
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 from tests.explore.model import POST_KINDS, Entry, Event, ListId
@@ -62,11 +59,13 @@ from timeline_fanout.graph.model.edges import (
     Snapshot,
     StoredBodies,
 )
+from timeline_fanout.graph.model.fresh import Fresh
 from timeline_fanout.graph.model.keys import SEP, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines import post_bodies
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
 from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome, RendezvousRing
@@ -89,9 +88,12 @@ __all__ = [
 PROJECT_API = (
     "MemcacheCluster(servers) and its batch methods (Outcome results, Item from gets_many)",
     "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
-    "ListStore/CappedListStore(cache, source, ListSettings, rng): read_many, invalidate, "
-    "rebuild_many; TokenLists._pause (a reader waiting for another client's build)",
-    "timeline_fanout.graph.lists.fencing.new_generation/LEASE_S/BUILDING; graph.model.keys.SEP",
+    "ListStore/CappedListStore(cache, source, ListSettings(lease_s), rng, fresh=Fresh(clock, "
+    "token_hex)): read_many, invalidate, rebuild_many; cache.wait (a reader waiting for "
+    "another client's build)",
+    "timeline_fanout.graph.lists.fencing BUILDING and generations (deadline, then 8 hex digits); "
+    "graph.model.keys.SEP",
+    "PostBodies(cache, store, keys, heal_s, KnownTexts, Fresh); TimelineReader(..., known)",
     "GraphApplier(store, lists).apply(batch); .record(batch) for a crash after the store step",
     "FanoutApplier(..., CelebrityPosts, PostBodies).apply(batch); TimelineSource.snapshot",
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
@@ -106,9 +108,10 @@ TIMELINE = "timeline"
 # Far longer than any schedule: a claim disappears only when the explorer evicts it, expires it
 # or "restarts" a server, never because the wall clock moved (that would not replay).
 LEASE_S = 3600
-# Generations carry an absolute deadline (unix seconds, 8 hex digits): a fixed one, far ahead
-# (2037, below 2**31: memcached reads expiries as signed 32 bits), so no run depends on the clock.
-DEADLINE = 0x7E000000
+# The wall clock as the lists see it (``Fresh.clock``): generations carry an absolute deadline
+# (unix seconds, 8 hex digits), this plus a list's lifetime (about an hour): far ahead (2037,
+# below 2**31: memcached reads expiries as signed 32 bits), so no run depends on the clock.
+CLOCK_S = 0x7E000000
 # Virtual seconds a step takes (``World.now``): leases run out and retry intervals pass as the
 # schedule moves on, the same way in every replay. With the product's bounds (a 1 s lease, a
 # 2 s retry) a lease lasts 50 steps and a server marked down is probed again 100 steps later.
@@ -318,9 +321,9 @@ def is_write(call: str) -> bool:
 
 def _no_keys(method: str, args: tuple[Any, ...]) -> bool:
     """A batch call with an empty batch (the list code makes many: no leases to take, no
-    shards to rewrite), or ``checkpoint`` (a counter of this process's): it sends nothing to
-    memcached, so it is not a yield point."""
-    if method == "checkpoint":
+    shards to rewrite), ``checkpoint`` (a counter of this process's) or ``wait`` (a virtual
+    sleep, itself the yield point): it sends nothing to memcached, so it is not a yield point."""
+    if method in ("checkpoint", "wait"):
         return True
     return method != "flush_all" and bool(args) and isinstance(args[0], Sized) and not args[0]
 
@@ -404,6 +407,7 @@ class Process:
             dirty_min=knobs.dirty_min,
             compact_write_prob=knobs.compact_write_prob,
             namespace=world.namespace,
+            lease_s=LEASE_S,
         )
         capped = ListSettings(
             shard_bytes=knobs.shard_bytes,
@@ -414,15 +418,16 @@ class Process:
             compact_write_prob=0.0,
             namespace=world.namespace,
             max_members=knobs.cap,
+            lease_s=LEASE_S,
         )
-        self.lists = ListStore(cache, store, settings, rng)
+        self.lists = ListStore(cache, store, settings, rng, fresh=world.fresh)
         self.source = TimelineSource(store, knobs.cap)
-        self.timelines = CappedListStore(cache, self.source, capped, rng)
+        self.timelines = CappedListStore(cache, self.source, capped, rng, fresh=world.fresh)
         self.graph = GraphApplier(store, self.lists)
         # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
         # must not expire by the wall clock, or a seed would not replay.
         celebrities = CelebrityPosts(cache, store, self.timelines.keys, knobs.cap, LEASE_S)
-        bodies = PostBodies(cache, store, self.timelines.keys, LEASE_S)
+        bodies = PostBodies(cache, store, self.timelines.keys, LEASE_S, world.known, world.fresh)
         self.fanout = FanoutApplier(
             store,
             self.lists,
@@ -434,7 +439,9 @@ class Process:
             bodies,
             AuthorPages(cache, store, self.timelines.keys, bodies, LEASE_S),
         )
-        self.reader = TimelineReader(store, self.lists, self.timelines, knobs.cap, celebrities)
+        self.reader = TimelineReader(
+            store, self.lists, self.timelines, knobs.cap, celebrities, known=world.known
+        )
 
     def apply(self, events: Sequence[Event]) -> None:
         """One batch, as the consumer of its topic applies it."""
@@ -582,18 +589,18 @@ class World:
         db_path: Path,
         namespace: str,
         knobs: Knobs,
-        gen_seed: int,
     ) -> None:
-        import random
-
         self.db_path = db_path
         self.namespace = namespace
         self.knobs = knobs
         self.scheduler: Scheduler | None = None
         self.present: dict[bytes, None] = {}  # keys believed present, least recent first
         self.building: set[bytes] = set()  # heads last seen written with a building marker
-        self._gens = random.Random(gen_seed)
-        self._generations = 0
+        self._fresh_values = 0
+        # The clock and random hex of every process's lists and post bodies, and the texts
+        # known under a deletion mark, shared by them as by a process's threads: new each run.
+        self.fresh = Fresh(clock=lambda: CLOCK_S, token_hex=self._hex)
+        self.known = KnownTexts()
         self.addresses = [
             (host, int(port)) for host, port in (s.rsplit(":", 1) for s in sorted(cluster.servers))
         ]
@@ -607,36 +614,12 @@ class World:
 
     # -- wiring -----------------------------------------------------------------------------------
 
-    @contextmanager
-    def scheduled(self, scheduler: Scheduler) -> Iterator[None]:
-        """Route the schedule's cache calls through the scheduler, and make the graph layer's
-        generation names, shard names, claim TTL and build waits deterministic meanwhile."""
-        self.scheduler = scheduler
-        patches: list[tuple[Any, str, Any]] = [
-            (graph_lists.fencing, "new_generation", self._generation),
-            (graph_lists.fencing, "LEASE_S", LEASE_S),
-            (graph_lists.sharded, "secrets", SimpleNamespace(token_hex=self._hex)),
-            (post_bodies, "secrets", SimpleNamespace(token_hex=self._hex)),
-            (post_bodies, "_KNOWN", {}),  # texts known under a mark: none from another run
-            (TokenLists, "_pause", lambda lists: scheduler.sleep(0.01)),
-        ]
-        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        try:
-            yield
-        finally:
-            for owner, name, value in saved:
-                setattr(owner, name, value)
-
-    def _generation(self, lifetime_s: int) -> bytes:
-        """``new_generation``: the same format (8 hex digits of an absolute deadline, 8 more),
-        fresh within a schedule (a counter: readable in traces), the same in every replay."""
-        self._generations += 1
-        return b"%08x%08x" % (DEADLINE, self._generations)
-
     def _hex(self, nbytes: int) -> str:
-        return f"{self._gens.getrandbits(8 * nbytes):0{2 * nbytes}x}"
+        """``Fresh.token_hex``: a counter, so generations, shard names and mark values are
+        fresh within the run (memcached is flushed before it), readable in traces (a
+        generation is ``g{n}``) and the same in every replay."""
+        self._fresh_values += 1
+        return f"{self._fresh_values:0{2 * nbytes}x}"
 
     def process(self, seed: int, scheduled: bool = True, owner: str = "") -> Process:
         return Process(self, seed, scheduled, owner)
@@ -785,7 +768,7 @@ class World:
         return footprint(call, args)
 
     def expire_leases(self) -> list[bytes]:
-        """Claims whose TTL has passed (a rebuild slower than ``graph_lists.fencing.LEASE_S``, a
+        """Claims whose TTL has passed (a rebuild slower than ``ListSettings.lease_s``, a
         stalled process): claim TTLs are made too long to expire by the wall clock (that would
         not replay), so expiry is a fault the explorer injects. A claim is the list's head item
         holding a building marker: every head that holds one now is deleted, as its expiry
@@ -884,7 +867,7 @@ class World:
     # -- reading traces back ----------------------------------------------------------------------
 
     def short(self, key: bytes) -> str:
-        """A key without the namespace, generations as ``g{n}`` (see ``_generation``)."""
+        """A key without the namespace, generations as ``g{n}`` (see ``_hex``)."""
         text = _GEN.sub(rb"g\1", key).decode("ascii", "replace")
         return text.removeprefix(self.namespace + "|")
 
@@ -1050,7 +1033,8 @@ class World:
 
 SERVER_FAULTS = frozenset({"fault.cut", "fault.server-restart"})
 KIND_CODES = {"followers": "fl", "following": "fg", TIMELINE: "tl"}
-_GEN = re.compile(rb"%08x0*([0-9a-f]+)" % DEADLINE)
+# A generation: CLOCK_S plus a lifetime under 2**16 s, then the counter (``World._hex``).
+_GEN = re.compile(rb"%04x[0-9a-f]{4}0*([0-9a-f]+)" % (CLOCK_S >> 16))
 _POS = re.compile(rb"#([0-9a-f]+)")
 
 

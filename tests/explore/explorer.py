@@ -716,7 +716,7 @@ def run_schedule(
     db = workdir / f"{scenario}-{seed}.db"
     for stale in workdir.glob(f"{db.name}*"):
         stale.unlink()
-    world = adapter.World(cluster, db, f"x{seed}", knobs, rng.getrandbits(32))
+    world = adapter.World(cluster, db, f"x{seed}", knobs)
     sched = Scheduler(
         random.Random(rng.getrandbits(64)),
         strategy=strategy,
@@ -725,7 +725,8 @@ def run_schedule(
         footprint=world.footprint,
     )
     run.strategy = sched.strategy
-    with world.scheduled(sched), contextlib.closing(world):
+    world.scheduler = sched  # the schedule's cache calls go through it from now on
+    with contextlib.closing(world):
         setup = world.process(seed=1, scheduled=False)
         try:
             for batch in _batches(rng, run.events[: run.setup]):

@@ -28,6 +28,7 @@ from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph.lists.counts import list_counts
 from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.producers import EventPublisher
 
@@ -44,10 +45,12 @@ def open_backends(
     memory: ReadMemory,
     trust: ServerTrust,
     shared: wiring.StoreReads,
+    known: KnownTexts,
 ) -> Callable[[], Backends]:
     """Opens one API thread's store, lists, timeline reader and (lazily) publisher; the
     threads' readers share ``memory``, what they learnt of each user, ``trust``, which
-    cache servers may be used, and ``shared``, the store reads of lists whose server is not."""
+    cache servers may be used, ``shared``, the store reads of lists whose server is not, and
+    ``known``, the post texts known under a deletion mark."""
     # The producer gives up on an event when the API stops waiting for it, so a timed-out
     # request leaves nothing queued behind it for the next one's delivery report.
     kafka_config = {
@@ -65,7 +68,7 @@ def open_backends(
     def opened() -> Backends:
         store = wiring.edge_store(settings)
         cache = wiring.cache_cluster(settings, trust)
-        reader = wiring.timeline_reader(settings, store, memory, cache, shared)
+        reader = wiring.timeline_reader(settings, store, memory, cache, shared, known)
         counts = list_counts(store, reader.follow_lists)
         return Backends(store, reader, counts, publisher, lag)
 
@@ -93,12 +96,14 @@ def build_app() -> Starlette:
 
 def app_for(settings: Settings, api: ApiSettings) -> Starlette:
     """One worker process's app: its backend threads and its event loop's warm reads remember
-    users' reads in one shared memory."""
+    users' reads in one shared memory, and the post texts known under a deletion mark in
+    another."""
     memory = ReadMemory()
+    known = KnownTexts()
     trust = wiring.server_trust(settings)
     shared: wiring.StoreReads = SharedReads()
-    warm = wiring.warm_reads(settings, memory, api.page_memo_mb << 20, trust)
-    app = create_app(api, open_backends(settings, api, memory, trust, shared), warm)
+    warm = wiring.warm_reads(settings, memory, api.page_memo_mb << 20, trust, known)
+    app = create_app(api, open_backends(settings, api, memory, trust, shared, known), warm)
     app.state.api.metrics.watch_cache(trust, shared.stats)
     return app
 

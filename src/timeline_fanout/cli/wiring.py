@@ -21,6 +21,7 @@ from timeline_fanout.graph.model.keys import ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.fetch import ReadMemory
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.page_memo import PageMemo
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
@@ -105,25 +106,30 @@ def timeline_reader(
     memory: ReadMemory | None = None,
     cache: Cache | None = None,
     shared: StoreReads | None = None,
+    known: KnownTexts | None = None,
 ) -> TimelineReader:
-    """``memory`` and ``shared``: shared by the readers of one process's threads
-    (graph/timelines/fetch.py, graph/lists/shared_reads.py)."""
+    """``memory``, ``shared`` and ``known``: shared by the readers of one process's threads
+    (graph/timelines/fetch.py, graph/lists/shared_reads.py, graph/timelines/known_texts.py)."""
     follow_lists = list_store(settings, store, cache, shared)
     timelines = timeline_store(settings, store, follow_lists.cache, shared)
     celebrities = celebrity_posts(settings, store, timelines)
     return TimelineReader(
-        store, follow_lists, timelines, settings.timeline_max, celebrities, memory
+        store, follow_lists, timelines, settings.timeline_max, celebrities, memory, known
     )
 
 
 def warm_reads(
-    settings: Settings, memory: ReadMemory, memo_bytes: int = 0, trust: ServerTrust | None = None
+    settings: Settings,
+    memory: ReadMemory,
+    memo_bytes: int = 0,
+    trust: ServerTrust | None = None,
+    known: KnownTexts | None = None,
 ) -> WarmReads:
-    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory`` and
-    ``trust`` with the process's blocking readers; ``memo_bytes`` of rendered pages
-    (graph/timelines/page_memo.py)."""
+    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory``,
+    ``trust`` and ``known`` with the process's blocking readers; ``memo_bytes`` of rendered
+    pages (graph/timelines/page_memo.py)."""
     replay = ReplayCache()
-    reader = timeline_reader(settings, OfflineStore(), memory, replay)
+    reader = timeline_reader(settings, OfflineStore(), memory, replay, known=known)
     cache = AsyncMemcache(settings.memcached_servers, trust=trust or server_trust(settings))
     return WarmReads(reader, replay, cache, PageMemo(memo_bytes) if memo_bytes else None)
 
@@ -192,6 +198,7 @@ def fanout_applier(settings: Settings) -> FanoutApplier:
     follow_lists = list_store(settings, store)
     timelines = timeline_store(settings, store, follow_lists.cache)
     heal_s = timelines.settings.heal_s
+    # One fan-out applier per process: its bodies' known texts are the process's.
     bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
     return FanoutApplier(
         store,

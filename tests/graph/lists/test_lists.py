@@ -31,9 +31,9 @@ def shard_keys(lists: ListStore, ref: ListRef) -> list[bytes]:
     return [lists.shard_key(lists.index_key(ref), idx.gen, s) for s in idx.shards]
 
 
-def twin(cache: MemcacheCluster) -> MemcacheCluster:
+def twin(cache: MemcacheCluster, kind: type[MemcacheCluster] = MemcacheCluster) -> MemcacheCluster:
     """Another client of the same servers (another consumer process)."""
-    return MemcacheCluster([("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers])
+    return kind([("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers])
 
 
 class Frozen:
@@ -317,17 +317,15 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
             assert herd_waiting.wait(30)
             return super().snapshot(ref)
 
+    class Waiting(MemcacheCluster):
+        def wait(self, seconds: float) -> None:
+            herd_waiting.set()
+            super().wait(seconds)
+
     holder = ListStore(twin(cache), WaitsForTheHerd({"a": 1}), settings)
-    herd = ListStore(cache, Counting(), settings)
+    herd = ListStore(twin(cache, Waiting), Counting(), settings)
     key = holder.index_key(STAR)
     assert holder._claim({key: b"00000123"}) == {key}
-    pause = herd._pause
-
-    def waiting() -> None:
-        herd_waiting.set()
-        pause()
-
-    herd._pause = waiting  # type: ignore[method-assign]
     finisher = threading.Thread(
         target=lambda: holder._commit({key: (b"00000123", holder.source.snapshot(STAR))})
     )

@@ -21,6 +21,7 @@ from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.fetch import ReadMemory, Remembered
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.reader import (
     BadCursor,
     TimelineEntry,
@@ -200,10 +201,11 @@ def test_readers_sharing_a_memory_use_each_others_last_read(
     """As ``fanout serve``'s threads do: a user's next read is one multi-GET whichever thread
     serves it, and sees what a read after the head would see."""
     s = make(cache, sqlite_store, unique)
-    memory = ReadMemory()
+    memory, known = ReadMemory(), KnownTexts()
     store = cast(EdgeStore, s.store)
     first, second = (
-        TimelineReader(store, s.lists, s.timelines, 50, s.celebrities, memory) for _ in range(2)
+        TimelineReader(store, s.lists, s.timelines, 50, s.celebrities, memory, known)
+        for _ in range(2)
     )
     s.follow("me", "a")
     entry = s.post("a", "p1", 1000, ["me"])

@@ -24,6 +24,7 @@ from timeline_fanout.consumers.positions import Origin, Positioned
 from timeline_fanout.graph import ListKind, ListRef
 from timeline_fanout.graph.lists import token_lists
 from timeline_fanout.graph.lists.fencing import index_marker, new_generation, timeline_marker
+from timeline_fanout.graph.model.fresh import Fresh
 from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
 from timeline_fanout.graph.timelines.warm_reads import WarmReads
@@ -117,7 +118,7 @@ def test_a_list_being_built_is_none_at_once(
     """The blocking read would wait for the builder (``BUILD_WAIT_S`` a round, made long
     here); the warm read must refuse instead of sleeping on the event loop."""
     warmed(pair)
-    gen = new_generation(60)
+    gen = new_generation(60, Fresh())
     key, marker = (
         (pair.following_key("me"), index_marker(gen))
         if which == "following"

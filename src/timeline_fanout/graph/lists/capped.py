@@ -66,7 +66,8 @@ class CappedListStore(TokenLists):
     # -- rebuilds ----------------------------------------------------------------------------
 
     def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
-        return fencing.claim(self.cache, {k: fencing.timeline_marker(g) for k, g in gens.items()})
+        markers = {k: fencing.timeline_marker(g) for k, g in gens.items()}
+        return fencing.claim(self.cache, markers, self.settings.lease_s)
 
     def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
         def finishing(gen: bytes, snapshot: Snapshot) -> Callable[[bytes], bytes | None]:

@@ -5,7 +5,7 @@ point and its lease at once. A rebuild
 
 1. **claims** the head with ADD of a *building marker* naming a fresh generation (for a sharded
    list the marker names an empty journal shard, ADDed just before; a timeline's marker is its
-   first token), with a short expiry (``LEASE_S``);
+   first token), with a short expiry (``ListSettings.lease_s``);
 2. only then reads the edge store;
 3. **commits** with CAS: it reads the head back and replaces it only if it still holds *its own*
    marker (plus, for a timeline, whatever deliveries appended after the marker). Anything else
@@ -28,7 +28,7 @@ DELETE of the head: it breaks any claim in flight (its CAS finds nothing), so a 
 the store before a change can never commit after the invalidation that followed the change. A
 lease that expires, a server that restarts, an evicted marker: all are "the head changed", and
 all make the commit fail rather than commit without a write. Nothing here depends on time except
-liveness (a crashed rebuilder's marker expires after ``LEASE_S``).
+liveness (a crashed rebuilder's marker expires after ``ListSettings.lease_s``).
 
 What the fence does not cover, tokens do (graph/lists/tokens.py): a token appended *late* (a
 zombie, a replay, a consumer of another partition) is ordered by its position, not by when it
@@ -41,18 +41,14 @@ removal's token in whatever generation is current.
 from __future__ import annotations
 
 import functools
-import secrets
-import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from timeline_fanout.graph.lists.tokens import CorruptList
+from timeline_fanout.graph.model.fresh import Fresh
 from timeline_fanout.memcache import Outcome
 from timeline_fanout.memcache.interface import Cache
 
-# A claim lives this long unless committed: the bound on how long a crashed rebuild blocks
-# nobody (writers never wait) and how long readers wait before reading the store themselves.
-LEASE_S = 60
 COMMIT_ATTEMPTS = 8  # CAS rounds against appends racing a timeline's commit
 # Remembered index parses: ~45 MB when full (measured with tracemalloc; raw bytes, parsed tuple).
 PARSED_INDEXES = 1 << 16
@@ -94,11 +90,12 @@ class Index(NamedTuple):
         return head + b" " + b"".join(b"+%s " % s for s in self.shards)
 
 
-def new_generation(lifetime_s: int) -> bytes:
-    """A fresh generation id that carries its list's absolute deadline (unix seconds, hex):
-    whoever rewrites the head later (a rollover, a compaction) writes it back with that same
-    absolute expiry, so no rewrite, however delayed, extends a list's life."""
-    return b"%08x%s" % (int(time.time()) + lifetime_s, secrets.token_hex(4).encode("ascii"))
+def new_generation(lifetime_s: int, fresh: Fresh) -> bytes:
+    """A fresh generation id that carries its list's absolute deadline (unix seconds, 8 hex
+    digits) then 8 fresh hex digits: whoever rewrites the head later (a rollover, a compaction)
+    writes it back with that same absolute expiry, so no rewrite, however delayed, extends a
+    list's life."""
+    return b"%08x%s" % (int(fresh.clock()) + lifetime_s, fresh.hex(4))
 
 
 def deadline(gen: bytes) -> int:
@@ -119,9 +116,10 @@ def timeline_building(value: bytes) -> bool:
     return value.startswith(BUILDING)
 
 
-def claim(cache: Cache, markers: Mapping[bytes, bytes]) -> set[bytes]:
-    """Step 1: ADD each head's marker; the heads this client now builds."""
-    added = cache.add_many(markers, expire=LEASE_S)
+def claim(cache: Cache, markers: Mapping[bytes, bytes], lease_s: int) -> set[bytes]:
+    """Step 1: ADD each head's marker, to expire after ``lease_s`` unless committed; the heads
+    this client now builds."""
+    added = cache.add_many(markers, expire=lease_s)
     return {key for key, outcome in added.items() if outcome is Outcome.STORED}
 
 

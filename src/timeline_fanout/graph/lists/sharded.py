@@ -25,7 +25,6 @@ a list over; a list whose shards hold far less than they could is dropped and re
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -106,7 +105,9 @@ class ListStore(TokenLists):
             parts[journal] = b""
             parts[counter_key(journal)] = b"0"
         self.cache.add_many(parts, expire=self.part_expiry())
-        won = fencing.claim(self.cache, {k: fencing.index_marker(g) for k, g in gens.items()})
+        won = fencing.claim(
+            self.cache, {k: fencing.index_marker(g) for k, g in gens.items()}, self.settings.lease_s
+        )
         self.cache.delete_many(
             k for key, gen in gens.items() if key not in won for k in self._journal(key, gen)
         )
@@ -381,7 +382,7 @@ class ListStore(TokenLists):
             return left
         named: dict[bytes, tuple[_Located, bytes]] = {}
         for at in rollovers:
-            name = secrets.token_hex(3).encode("ascii")
+            name = self.fresh.hex(3)
             named[shard_key(at.item.key, at.index.gen, name)] = (at, name)
         added = self.cache.add_many(
             {k: at.item.tokens for k, (at, _) in named.items()}, expire=self.part_expiry()

@@ -26,6 +26,7 @@ from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.tokens import DecodedList, encode, split_tokens
 from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace, ListRef
 from timeline_fanout.memcache.interface import Cache
 
@@ -81,6 +82,9 @@ class ListSettings:
     # Capped lists (timelines) keep only their greatest members when compacted.
     max_members: int | None = None
     heal_s: int = 3600
+    # A rebuild's claim lives this long unless committed: the bound on how long a crashed
+    # rebuild blocks anybody (writers never wait; readers wait a little, then read the store).
+    lease_s: int = 60
 
 
 @dataclass(slots=True)
@@ -119,9 +123,12 @@ class TokenLists(abc.ABC):
         settings: ListSettings | None = None,
         rng: random.Random | None = None,
         shared: SharedReads[ListRef, Snapshot] | None = None,
+        fresh: Fresh = SYSTEM,
     ) -> None:
         """``shared``: store reads shared with the other threads' lists on the same edge store
-        (graph/lists/shared_reads.py); one of its own if None."""
+        (graph/lists/shared_reads.py); one of its own if None. ``fresh``: the clock and random
+        hex generation ids and shard names are made from (graph/model/fresh.py). A reader
+        waiting for another client's build waits with ``cache.wait``."""
         self.cache = cache
         self.source = source
         self.shared = shared or SharedReads()
@@ -129,6 +136,7 @@ class TokenLists(abc.ABC):
         self.keys = KeySpace(self.settings.namespace)
         self.stats = ListStats()
         self._rng = rng or random.Random()
+        self.fresh = fresh
         self._skipped: set[ListRef] = set()  # lists the current write skipped
 
     # -- keys and expiry ---------------------------------------------------------------------
@@ -145,7 +153,7 @@ class TokenLists(abc.ABC):
 
     def part_expiry(self) -> int:
         """Shards outlive the head that names them (a head lives at most 1.1 x heal_s)."""
-        return 2 * self.settings.heal_s + fencing.LEASE_S
+        return 2 * self.settings.heal_s + self.settings.lease_s
 
     # -- invalidation and rebuilds -----------------------------------------------------------
 
@@ -164,7 +172,7 @@ class TokenLists(abc.ABC):
         if not unique:
             return {}
         keys = dict(zip(unique, self.index_keys(unique), strict=True))
-        gens = {ref: fencing.new_generation(self.head_expiry()) for ref in unique}
+        gens = {ref: fencing.new_generation(self.head_expiry(), self.fresh) for ref in unique}
         won = self._claim({keys[ref]: gens[ref] for ref in unique})
         mine = [ref for ref in unique if keys[ref] in won]
         snapshots = {ref: self.source.snapshot(ref) for ref in mine}
@@ -213,7 +221,7 @@ class TokenLists(abc.ABC):
                 self.stats.build_waits += 1
                 if attempt >= BUILD_WAIT_ROUNDS:
                     break
-                self._pause()
+                self.cache.wait(BUILD_WAIT_S)
             if todo:
                 self.stats.retries += 1
         for ref in todo:  # still not readable from the cache: the store is the answer
@@ -237,9 +245,6 @@ class TokenLists(abc.ABC):
         """What the cache holds for each list that is cached and not being built; nothing is
         rebuilt (anti-entropy compares this with the store)."""
         return self._read_round(list(dict.fromkeys(refs))).found
-
-    def _pause(self) -> None:
-        self.cache.wait(BUILD_WAIT_S)
 
     def _is_dirty(self, decoded: DecodedList) -> bool:
         return self._dirty(len(decoded.members), decoded.tokens)

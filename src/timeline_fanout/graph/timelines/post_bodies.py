@@ -26,8 +26,8 @@ hides it all the same. Nothing depends on the order of deliveries, fills and del
 serves a rendered page again when its first multi-GET's replies are the same bytes, without
 reading bodies. So every first multi-GET asks the reader's copy of the mark too
 (``{ns}|deletions|{n}``, one of 16 by a hash of the reader: no key is on every read), and
-every deletion SETs every copy to a fresh random value after its bodies' ``x`` (``delete``);
-the argument below holds copy by copy. A page rendered from a body
+every deletion SETs every copy to a fresh random value (graph/model/fresh.py) after its
+bodies' ``x`` (``delete``); the argument below holds copy by copy. A page rendered from a body
 read before the ``x`` had its first multi-GET before that, hence before the mark's SET: its
 replies hold an older mark, and no later read finds that value again (values are never
 reused; an evicted mark is absent, then ADDed fresh by the next blocking read, ``keep_mark``,
@@ -39,18 +39,18 @@ costs every kept page one walk.
 **Texts known under a mark.** Texts never change (a post published again keeps the first text,
 ``store_posts``), so an item once live stays right until the deletion rewrites it, and the
 deletion then changes the mark. So a body read live by the multi-GET ``read`` sends, after a
-first multi-GET that found the mark at M, is remembered in the process with M (``_KNOWN``), and
-a later read whose first multi-GET finds the mark at M takes the text from there without
-reading the item. Why that is never a post deleted before the later read began: take a
-deletion D of the post. Its ``x`` came after the remembered body read (which found the post
-live; after the ``x`` an item never says live, above), so D's mark SET came after that read's
-mark read, which found M; from then on the mark holds D's value, a later one, or none, never M
-again. A read that found M had its first multi-GET before D's mark SET, so before D was
-applied: the page memo's argument (graph/timelines/page_memo.py), post by post. Only bodies
-read after the mark are remembered: a body in ``found`` itself came from the same multi-GET as
-the mark, in no known order. A text is read again ``heal_s`` after it was remembered, as an
-item expires: whatever wrote a wrong text into an item is gone from every process as from
-memcached (docs/guarantees.md, bounded self-healing).
+first multi-GET that found the mark at M, is remembered in the process with M
+(graph/timelines/known_texts.py), and a later read whose first multi-GET finds the mark at M
+takes the text from there without reading the item. Why that is never a post deleted before the
+later read began: take a deletion D of the post. Its ``x`` came after the remembered body read
+(which found the post live; after the ``x`` an item never says live, above), so D's mark SET
+came after that read's mark read, which found M; from then on the mark holds D's value, a later
+one, or none, never M again. A read that found M had its first multi-GET before D's mark SET, so
+before D was applied: the page memo's argument (graph/timelines/page_memo.py), post by post.
+Only bodies read after the mark are remembered: a body in ``found`` itself came from the same
+multi-GET as the mark, in no known order. A text is read again ``heal_s`` after it was
+remembered, as an item expires: whatever wrote a wrong text into an item is gone from every
+process as from memcached (docs/guarantees.md, bounded self-healing).
 
 Items expire after ``heal_s``, as every cached item does (docs/guarantees.md, bounded
 self-healing); an expired or evicted item is filled again from the store, one query per page,
@@ -60,7 +60,6 @@ not one per post.
 from __future__ import annotations
 
 import enum
-import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +67,9 @@ from itertools import compress
 from typing import NamedTuple
 
 from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
+from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
+from timeline_fanout.graph.timelines.known_texts import Known, KnownTexts
 from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
@@ -112,11 +113,6 @@ _UNKNOWN = Parsed(State.UNKNOWN)
 PARSED_MAX = 8192
 PARSED_VALUE_MAX = 1024
 _parsed: dict[bytes, Parsed] = {}
-# Live texts by body key, with the deletion mark the read that found them had found before
-# and the time (``time.monotonic``) after which they are read again, ``heal_s`` after (module
-# docstring): KNOWN_MAX of them (emptied when full), ~25 MiB at 140-character texts.
-KNOWN_MAX = 65536
-_KNOWN: dict[bytes, tuple[bytes, float, str | None]] = {}
 
 
 def _parse(value: bytes) -> Parsed:
@@ -151,7 +147,18 @@ def post_name(member: str) -> str:
 
 
 class PostBodies:
-    def __init__(self, cache: Cache, store: EdgeStore, keys: KeySpace, heal_s: int) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        store: EdgeStore,
+        keys: KeySpace,
+        heal_s: int,
+        known: KnownTexts | None = None,
+        fresh: Fresh = SYSTEM,
+    ) -> None:
+        """``known``: the texts known under a deletion mark, shared by the process's bodies
+        (graph/timelines/known_texts.py); one of its own if None. ``fresh``: where the mark's
+        values come from (graph/model/fresh.py)."""
         self._cache = cache
         self._store = store
         self._keys = keys
@@ -159,6 +166,8 @@ class PostBodies:
         self._prefix = f"{keys.namespace}|{CODE}|"
         self._key_prefix = self._prefix.encode("ascii")
         self._expire = heal_s  # as every cached item: an item gone wrong heals (module docstring)
+        self._known = known or KnownTexts()
+        self._fresh = fresh
 
     def mark_key(self, reader: str) -> bytes:
         """The copy of the deletion mark ``reader``'s first multi-GET asks."""
@@ -193,7 +202,7 @@ class PostBodies:
         bodies = Bodies()
         unread: dict[bytes, str] = {}
         mark = self._mark(found)
-        known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (_KNOWN, mark.value)
+        known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (self._known.texts, mark.value)
         now = time.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
@@ -208,7 +217,7 @@ class PostBodies:
             return bodies
         got = self._cache.gets_many(list(unread))
         if mark is not None:
-            _remember(got, stamp, now + self._expire)
+            self._known.remember(_live_texts(got), stamp, now + self._expire)
         empty = [k for k in unread if k not in got]
         # Items on an unavailable server are answered from the store and not filled.
         fillable = list(compress(empty, self._cache.available(empty))) if empty else []
@@ -284,7 +293,7 @@ class PostBodies:
             return
         keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
         outcomes = self._cache.set_many(dict.fromkeys(keys, DELETED), self._expire)
-        marks = {key: _fresh_mark() for key in self._mark_keys}
+        marks = {key: self._fresh_mark() for key in self._mark_keys}
         outcomes.update(self._cache.set_many(marks, self._expire))
         failed = [k for k in [*keys, *marks] if outcomes.get(k) is not Outcome.STORED]
         if failed:
@@ -297,23 +306,21 @@ class PostBodies:
         docstring)."""
         key = self.mark_key(reader)
         if key not in found and self._cache.available([key])[0]:
-            self._cache.add_many({key: _fresh_mark()}, self._expire)
+            self._cache.add_many({key: self._fresh_mark()}, self._expire)
+
+    def _fresh_mark(self) -> bytes:
+        """Never a value the mark held before: 96 random bits."""
+        return self._fresh.hex(12)
 
 
-_NOTHING_KNOWN: Mapping[bytes, tuple[bytes, float, str | None]] = {}
+_NOTHING_KNOWN: Mapping[bytes, Known] = {}
 
 
-def _remember(got: Mapping[bytes, Item], mark: bytes, until: float) -> None:
-    """The live texts of ``got`` (body items read after a first multi-GET that found ``mark``)
-    in ``_KNOWN``, to be used until ``until``."""
-    if len(_KNOWN) + len(got) > KNOWN_MAX:
-        _KNOWN.clear()
+def _live_texts(got: Mapping[bytes, Item]) -> dict[bytes, str | None]:
+    """The texts of the items of ``got`` that say live, by body key."""
+    texts: dict[bytes, str | None] = {}
     for key, item in got.items():
         parsed = _parse(item.value)
         if parsed.state is State.LIVE:
-            _KNOWN[key] = (mark, until, parsed.text)
-
-
-def _fresh_mark() -> bytes:
-    """Never a value the mark held before: 96 random bits."""
-    return secrets.token_hex(12).encode("ascii")
+            texts[key] = parsed.text
+    return texts

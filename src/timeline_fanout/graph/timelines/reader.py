@@ -30,6 +30,7 @@ from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.entries import BadCursor, TimelineEntry
 from timeline_fanout.graph.timelines.fetch import Fetched, ReadMemory, TimelineFetch
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies, post_name
 from timeline_fanout.graph.timelines.view import followed_posts, visible_page
 
@@ -93,7 +94,11 @@ class TimelineReader:
         cap: int,
         celebrity_posts: CelebrityPosts | None = None,
         memory: ReadMemory | None = None,
+        known: KnownTexts | None = None,
     ) -> None:
+        """``memory`` and ``known`` (the post texts known under a deletion mark,
+        graph/timelines/known_texts.py): shared by the readers of a process; their own if None.
+        Deletion marks are made with the timelines' ``fresh`` (graph/model/fresh.py)."""
         self.follow_lists = follow_lists
         self.timelines = timelines
         self._cap = cap
@@ -102,7 +107,9 @@ class TimelineReader:
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
         heal_s = timelines.settings.heal_s
-        self.bodies = PostBodies(timelines.cache, store, timelines.keys, heal_s)
+        self.bodies = PostBodies(
+            timelines.cache, store, timelines.keys, heal_s, known, timelines.fresh
+        )
         self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies, heal_s)
 
     def page(
