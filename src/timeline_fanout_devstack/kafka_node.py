@@ -323,11 +323,15 @@ def start_cluster(
 ) -> list[RunningNode]:
     """A fresh cluster of ``size`` combined nodes (``directory`` is emptied first), started
     again on new ports when a picked port was taken before a JVM bound it. The nodes are
-    spawned together: a quorum of several elects its leader only once a majority runs."""
+    spawned together: a quorum of several elects its leader only once a majority runs.
+
+    Each attempt has ``timeout`` seconds of its own: an attempt lost to a port race says
+    nothing about how slowly the next JVM starts, and on a loaded machine one failed start
+    plus the storage tool runs for the next can take most of a shared budget."""
     java, jars = _java_and_jars()
     logs.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout
     for attempt in itertools.count(1):
+        deadline = time.monotonic() + timeout
         shutil.rmtree(directory, ignore_errors=True)
         nodes = [
             KafkaNode(i, free_port(), free_port(), directory / f"node{i}")
