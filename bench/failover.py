@@ -25,8 +25,8 @@ from pathlib import Path
 
 from bench.report import Report, percentiles
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.graph import ListSettings, ListStore
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists
+from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
@@ -61,7 +61,7 @@ class Load:
     WRITE_BATCH = 20
 
     def __init__(
-        self, users: int, store: SqliteEdgeStore, lists: ListStore, timelines: CappedListStore
+        self, users: int, store: SqliteEdgeStore, lists: ShardedLists, timelines: CappedLists
     ) -> None:
         self.users = [f"u{i}" for i in range(users)]
         self.store = store
@@ -138,9 +138,9 @@ def run(settings: Settings, report: Report) -> None:
         trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
         counted = CountedStore(store)
         cache = MemcacheCluster(addresses, trust=trust)
-        lists = ListStore(cache, counted, ListSettings(namespace="bfo"))
+        lists = sharded_lists(cache, counted, ListSettings(namespace="bfo"))
         capped = ListSettings(namespace="bfo", max_members=CAP)
-        timelines = CappedListStore(cache, TimelineSource(store, CAP), capped)
+        timelines = capped_lists(cache, TimelineSource(store, CAP), capped)
         load = Load(users, store, lists, timelines)
         load.write(10 * users)
         kinds = (ListKind.FOLLOWERS, ListKind.FOLLOWING)

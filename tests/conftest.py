@@ -30,7 +30,7 @@ _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
 from timeline_fanout.cli.settings import Settings, environment  # noqa: E402
-from timeline_fanout.graph import ListSettings, ListStore  # noqa: E402
+from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists  # noqa: E402
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore  # noqa: E402
 from timeline_fanout.memcache import MemcacheCluster  # noqa: E402
 from timeline_fanout.producers import create_topics  # noqa: E402
@@ -146,8 +146,8 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteEdgeStore]:
 
 
 @pytest.fixture
-def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) -> ListStore:
-    return ListStore(
+def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) -> ShardedLists:
+    return sharded_lists(
         cache,
         sqlite_store,
         ListSettings(shard_bytes=128, dirty_min=4, namespace=unique, compact_write_prob=0),

@@ -11,8 +11,14 @@ import pytest
 
 from timeline_fanout.consumers.graph_apply import GraphApplier
 from timeline_fanout.consumers.positions import Origin, Positioned
-from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph import (
+    EdgeChange,
+    ListKind,
+    ListRef,
+    ListSettings,
+    sharded_lists,
+)
+from timeline_fanout.graph.lists.capped import capped_lists
 from timeline_fanout.graph.model.edges import PostRecord
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
@@ -51,8 +57,8 @@ def appliers(
     settings = ListSettings(namespace=unique, shard_bytes=128, compact_write_prob=0)
     second = SqliteEdgeStore(tmp_path / "edges.db")
     yield (
-        GraphApplier(sqlite_store, ListStore(cache, sqlite_store, settings)),
-        GraphApplier(second, ListStore(cache, second, settings)),
+        GraphApplier(sqlite_store, sharded_lists(cache, sqlite_store, settings)),
+        GraphApplier(second, sharded_lists(cache, second, settings)),
     )
     second.close()
 
@@ -156,7 +162,7 @@ def test_a_follow_backfills_the_followers_cached_timeline(
     store = a.store
     store.store_posts([PostRecord("author", "p1", 1000), PostRecord("other", "p2", 2000)])
     settings = ListSettings(namespace=unique, max_members=50, compact_write_prob=0)
-    timelines = CappedListStore(cache, TimelineSource(store, 50), settings)
+    timelines = capped_lists(cache, TimelineSource(store, 50), settings)
     reader = TimelineReader(store, a.lists, timelines, 50)
     a.apply([follow("f", "other", 1)])
     assert [e.post_id for e in reader.read("f")] == ["p2"]  # cached now

@@ -48,8 +48,8 @@ from timeline_fanout.consumers.graph_apply import GraphApplier
 from timeline_fanout.consumers.positions import OFFSET_BITS, Origin, Positioned, position
 from timeline_fanout.graph import lists as graph_lists
 from timeline_fanout.graph.failures import Failure as FailureClass
-from timeline_fanout.graph.lists.capped import CappedListStore
-from timeline_fanout.graph.lists.sharded import ListStore
+from timeline_fanout.graph.lists.capped import capped_lists
+from timeline_fanout.graph.lists.sharded import sharded_lists
 from timeline_fanout.graph.lists.token_lists import ListSettings, TokenLists
 from timeline_fanout.graph.model.edges import (
     EdgeChange,
@@ -88,7 +88,7 @@ __all__ = [
 PROJECT_API = (
     "MemcacheCluster(servers) and its batch methods (Outcome results, Item from gets_many)",
     "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
-    "ListStore/CappedListStore(cache, source, ListSettings(lease_s), rng, fresh=Fresh(clock, "
+    "sharded_lists/capped_lists(cache, source, ListSettings(lease_s), rng=rng, fresh=Fresh(clock, "
     "token_hex)): read_many, invalidate, rebuild_many; cache.wait (a reader waiting for "
     "another client's build)",
     "timeline_fanout.graph.lists.fencing BUILDING and generations (deadline, then 8 hex digits); "
@@ -420,9 +420,9 @@ class Process:
             max_members=knobs.cap,
             lease_s=LEASE_S,
         )
-        self.lists = ListStore(cache, store, settings, rng, fresh=world.fresh)
+        self.lists = sharded_lists(cache, store, settings, rng=rng, fresh=world.fresh)
         self.source = TimelineSource(store, knobs.cap)
-        self.timelines = CappedListStore(cache, self.source, capped, rng, fresh=world.fresh)
+        self.timelines = capped_lists(cache, self.source, capped, rng=rng, fresh=world.fresh)
         self.graph = GraphApplier(store, self.lists)
         # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
         # must not expire by the wall clock, or a seed would not replay.
@@ -1090,7 +1090,7 @@ class _Forensics:
             return "unreachable-counter-drop-lost"
         key = f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()
         writes = self._writes(edge, post)
-        commit, gen_prefix = self._commit(key, kind)
+        commit, gen_prefix = self.layout.commit(key, kind)
         token = self._last_token(key, gen_prefix, commit, member)
         extra = failure.kind.endswith("_extra")
         if token is not None:

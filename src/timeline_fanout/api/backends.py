@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from timeline_fanout.api.consumer_lag import ConsumerLag
 from timeline_fanout.graph.lists.counts import CountSource
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
 from timeline_fanout.graph.model.edges import EdgeStore
 from timeline_fanout.graph.timelines.reader import TimelineReader
 from timeline_fanout.producers import EventPublisher
@@ -44,7 +44,7 @@ class Backends:
     _publisher: EventPublisher | None = field(default=None, init=False)
 
     @property
-    def lists(self) -> TokenLists:
+    def lists(self) -> TokenLists[ListLayout]:
         return self.timelines.follow_lists
 
     @property

@@ -12,8 +12,14 @@ from timeline_fanout.consumers.dlq_limit import DlqLimit
 from timeline_fanout.consumers.fanout_apply import FanoutApplier
 from timeline_fanout.consumers.loop import Applier
 from timeline_fanout.consumers.metrics import ConsumerMetrics
-from timeline_fanout.graph import EdgeStore, ListSettings, ListStore, open_edge_store
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph import (
+    EdgeStore,
+    ListSettings,
+    ShardedLists,
+    open_edge_store,
+    sharded_lists,
+)
+from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
 from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.token_lists import ListStats
 from timeline_fanout.graph.model.edges import Snapshot
@@ -73,24 +79,22 @@ def list_store(
     store: EdgeStore,
     cache: Cache | None = None,
     shared: StoreReads | None = None,
-) -> ListStore:
+) -> ShardedLists:
     """Follower and following lists (on a cluster of their own unless ``cache`` is given;
     ``shared``: store reads shared with the process's other threads)."""
     cache = cache or cache_cluster(settings)
-    return ListStore(cache, store, _list_settings(settings), shared=shared)
+    return sharded_lists(cache, store, _list_settings(settings), shared=shared)
 
 
 def timeline_store(
     settings: Settings, store: EdgeStore, cache: Cache, shared: StoreReads | None = None
-) -> CappedListStore:
+) -> CappedLists:
     source = TimelineSource(store, settings.timeline_max)
     list_settings = _list_settings(settings, cap=settings.timeline_max)
-    return CappedListStore(cache, source, list_settings, shared=shared)
+    return capped_lists(cache, source, list_settings, shared=shared)
 
 
-def celebrity_posts(
-    settings: Settings, store: EdgeStore, timelines: CappedListStore
-) -> CelebrityPosts:
+def celebrity_posts(settings: Settings, store: EdgeStore, timelines: CappedLists) -> CelebrityPosts:
     return CelebrityPosts(
         timelines.cache,
         store,

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from timeline_fanout.consumers.positions import OFFSET_BITS, Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
-from timeline_fanout.graph import EdgeStore, ListKind, ListRef, ListStore
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph import EdgeStore, ListKind, ListRef, ShardedLists
+from timeline_fanout.graph.lists.capped import CappedLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import PostRecord, PostRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
@@ -68,8 +68,8 @@ class FanoutApplier:
     def __init__(
         self,
         store: EdgeStore,
-        follow_lists: ListStore,
-        timelines: CappedListStore,
+        follow_lists: ShardedLists,
+        timelines: CappedLists,
         tasks: InternalPublisher,
         chunk_size: int,
         celebrity_threshold: int,
@@ -134,12 +134,11 @@ class FanoutApplier:
             # the posts show at once (graph/timelines/celebrity_posts.py has the staleness bound).
             self.celebrity_posts.refresh(celebrities)
         self._confirm_chunks()
-        appended, skipped = self.timelines.stats.appends, self.timelines.stats.skipped_absent
         for wave in waves(deliveries, APPENDS_PER_WAVE):
-            self.timelines.deliver(wave)
+            delivered = self.timelines.deliver(wave)
+            self.stats.deliveries += delivered.appended
+            self.stats.skipped += len(delivered.skipped)
             pulse()
-        self.stats.deliveries += self.timelines.stats.appends - appended
-        self.stats.skipped += self.timelines.stats.skipped_absent - skipped
         self._account(posts, delivered_posts)
 
     def _delete(self, posts: list[PostRef]) -> None:

@@ -40,7 +40,7 @@ from itertools import repeat
 
 from timeline_fanout.consumers.positions import Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
-from timeline_fanout.graph import EdgeChange, EdgeStore, ListKind, ListRef, ListStore
+from timeline_fanout.graph import EdgeChange, EdgeStore, ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.counts import CountSource, list_counts
 from timeline_fanout.schemas import Follow, Unfollow, UserRemoved
 
@@ -72,7 +72,7 @@ class GraphApplier:
     accepted: tuple[type, ...] = GRAPH_EVENTS
 
     def __init__(
-        self, store: EdgeStore, lists: ListStore, counts: CountSource | None = None
+        self, store: EdgeStore, lists: ShardedLists, counts: CountSource | None = None
     ) -> None:
         self.store = store
         self.lists = lists
@@ -127,9 +127,9 @@ class GraphApplier:
         ops = _ops(recorded.live)
         for ref, removed in recorded.removed_ops.items():
             ops.setdefault(ref, []).extend(removed)
-        self.lists.apply(ops)
+        written = self.lists.apply(ops)
         self.counts.changed(recorded.users)
-        appended = set(ops) - self.lists.skipped
+        appended = set(ops) - written.skipped
         followers_changed = {c.follower for c in recorded.live}
         self.lists.invalidate(
             recorded.stale.union(map(ListRef, repeat(ListKind.TIMELINE), followers_changed))

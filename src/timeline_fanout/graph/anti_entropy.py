@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
 from timeline_fanout.graph.model.edges import EdgeStore
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader
@@ -46,8 +46,8 @@ class AntiEntropy:
     ) -> None:
         self._store = store
         self._reader = reader
-        self._follow_lists: TokenLists = reader.follow_lists
-        self._timelines: TokenLists = reader.timelines
+        self._follow_lists: TokenLists[ListLayout] = reader.follow_lists
+        self._timelines: TokenLists[ListLayout] = reader.timelines
         self._cap = cap
         self._settle_s = settle_s
 

@@ -8,7 +8,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from timeline_fanout.graph import (
+    EdgeChange,
+    ListKind,
+    ListRef,
+    ListSettings,
+    ShardedLists,
+    sharded_lists,
+)
 from timeline_fanout.graph.lists.token_lists import ListStats
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache.cluster import MemcacheCluster
@@ -16,7 +23,7 @@ from timeline_fanout.memcache.cluster import MemcacheCluster
 STAR = ListRef(ListKind.FOLLOWERS, "star")
 
 
-def write(store: SqliteEdgeStore, lists: ListStore, changes: list[EdgeChange]) -> None:
+def write(store: SqliteEdgeStore, lists: ShardedLists, changes: list[EdgeChange]) -> None:
     """What the graph consumer does: the store first, then positioned tokens for the changes
     the store did not refuse."""
     live = store.apply(changes)
@@ -59,7 +66,7 @@ def contend(
     def writer(w: int) -> None:
         try:
             store = SqliteEdgeStore(db)
-            lists = ListStore(MemcacheCluster(servers), store, settings, random.Random(w))
+            lists = sharded_lists(MemcacheCluster(servers), store, settings, rng=random.Random(w))
             rng = random.Random(w)
             for step in range(steps):
                 member = f"w{w}m{rng.randrange(6)}"
@@ -72,7 +79,7 @@ def contend(
 
     def reader() -> None:
         try:
-            lists = ListStore(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+            lists = sharded_lists(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
             while not stop.is_set():
                 lists.read(STAR)
             stats.append(lists.stats)
@@ -88,7 +95,7 @@ def contend(
     stop.set()
     for t in reading:
         t.join()
-    check = ListStore(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+    check = sharded_lists(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
     return Contention(
         {m for m, on in final.items() if on},
         check.read(STAR),

@@ -12,7 +12,7 @@ import pytest
 
 from tests.consumers.test_graph_apply import follow, removed, unfollow
 from timeline_fanout.consumers.graph_apply import GraphApplier
-from timeline_fanout.graph import ListSettings, ListStore
+from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists
 from timeline_fanout.graph.lists.counts import CachedCounts, CountSource, KeptCounts, list_counts
 from timeline_fanout.graph.model.edges import EdgeCounts, EdgeStore
 from timeline_fanout.graph.stores.mongo import MongoEdgeStore
@@ -36,8 +36,8 @@ class RacedStore(SqliteEdgeStore):
         return counted
 
 
-def lists_on(cache: MemcacheCluster, store: EdgeStore, namespace: str) -> ListStore:
-    return ListStore(cache, store, ListSettings(namespace=namespace, compact_write_prob=0))
+def lists_on(cache: MemcacheCluster, store: EdgeStore, namespace: str) -> ShardedLists:
+    return sharded_lists(cache, store, ListSettings(namespace=namespace, compact_write_prob=0))
 
 
 @pytest.fixture

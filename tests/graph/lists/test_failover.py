@@ -15,8 +15,8 @@ from typing import Any, cast
 
 import pytest
 
-from timeline_fanout.graph import ListSettings, ListStore
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists
+from timeline_fanout.graph.lists.capped import capped_lists
 from timeline_fanout.graph.lists.fencing import Index
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
@@ -39,12 +39,12 @@ def three() -> Iterator[list[Server]]:
         yield [a, b, c]
 
 
-def process(servers: list[Server], store: SqliteEdgeStore, namespace: str) -> ListStore:
+def process(servers: list[Server], store: SqliteEdgeStore, namespace: str) -> ShardedLists:
     """What one process of the product holds: a cluster with a trust of its own."""
     addresses = [address for _, address in servers]
     trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
     cache = MemcacheCluster(addresses, trust=trust)
-    return ListStore(cache, store, ListSettings(namespace=namespace, compact_write_prob=0.2))
+    return sharded_lists(cache, store, ListSettings(namespace=namespace, compact_write_prob=0.2))
 
 
 class Graph:
@@ -56,7 +56,7 @@ class Graph:
         self.rng = random.Random(seed)
         self.pos = 0
 
-    def write(self, lists: ListStore, events: int) -> None:
+    def write(self, lists: ShardedLists, events: int) -> None:
         changes = []
         for _ in range(events):
             self.pos += 1
@@ -78,12 +78,12 @@ def refs() -> list[ListRef]:
     return [ListRef(kind, u) for u in USERS for kind in (ListKind.FOLLOWERS, ListKind.FOLLOWING)]
 
 
-def wrong(lists: ListStore, store: SqliteEdgeStore) -> list[ListRef]:
+def wrong(lists: ShardedLists, store: SqliteEdgeStore) -> list[ListRef]:
     read = lists.read_many(refs())
     return [ref for ref in refs() if read[ref] != frozenset(store.all_members(ref))]
 
 
-def on(lists: ListStore, server: Server) -> list[ListRef]:
+def on(lists: ShardedLists, server: Server) -> list[ListRef]:
     name = f"{server[1][0]}:{server[1][1]}"
     return [r for r in refs() if lists.cache.server_for(lists.index_key(r)) == name]
 
@@ -183,7 +183,7 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
     now = int(time.time() * 1000)
     settings = ListSettings(namespace=unique, max_members=800)
     writer_cache = process(three, sqlite_store, unique).cache
-    timelines = CappedListStore(writer_cache, TimelineSource(sqlite_store, 800), settings)
+    timelines = capped_lists(writer_cache, TimelineSource(sqlite_store, 800), settings)
     victim = three[0]
     name = f"{victim[1][0]}:{victim[1][1]}"
     user = next(
@@ -207,7 +207,7 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
     assert writer_cache.set_many({key: b"".join(old[:low])})[key] is Outcome.STORED
     fresh = TimelineEntry(now, "author", "fresh")
     sqlite_store.store_posts([PostRecord("author", "fresh", now, "hello")])
-    faulty = CappedListStore(
+    faulty = capped_lists(
         cast(Cache, HangsWhenAskedWhetherItExists(writer_cache, victim[0])),
         TimelineSource(sqlite_store, 800),
         settings,
@@ -216,7 +216,7 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
         faulty.deliver([(token(True, fresh.member), [user])])
     finally:
         victim[0].send_signal(signal.SIGCONT)
-    reader = CappedListStore(
+    reader = capped_lists(
         process(three, sqlite_store, unique).cache, TimelineSource(sqlite_store, 800), settings
     )
     assert fresh.member in reader.read(ref)
@@ -255,7 +255,7 @@ def test_a_write_skipped_for_an_unusable_shard_counter_lands_when_the_head_chang
     victim = three[0]
     victim_name = f"{victim[1][0]}:{victim[1][1]}"
     writer_cache = process(three, sqlite_store, unique).cache
-    lists = ListStore(writer_cache, sqlite_store, ListSettings(namespace=unique))
+    lists = sharded_lists(writer_cache, sqlite_store, ListSettings(namespace=unique))
     every_server = [b"k%d" % i for i in range(64)]
     for _ in range(50):  # until each server has an epoch (a lease after the first revocation)
         if all(writer_cache.available(every_server)):
@@ -292,7 +292,7 @@ def test_a_write_skipped_for_an_unusable_shard_counter_lands_when_the_head_chang
     writer_cache.get_many([counter])  # refused: the writer's process sees the server down
     assert writer_cache.available([counter]) == [False]
 
-    writer = ListStore(
+    writer = sharded_lists(
         cast(Cache, NamesAShardBeforeTheDrop(writer_cache, fresh)),
         sqlite_store,
         ListSettings(namespace=unique),

@@ -11,24 +11,31 @@ import pytest
 
 from tests.conftest import Refused
 from tests.graph.lists.contention import STAR, contend, write
-from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph import (
+    EdgeChange,
+    ListKind,
+    ListRef,
+    ListSettings,
+    ShardedLists,
+    sharded_lists,
+)
+from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
 from timeline_fanout.graph.lists.fencing import Index
 from timeline_fanout.graph.model.edges import Snapshot
-from timeline_fanout.graph.model.keys import counter_key
+from timeline_fanout.graph.model.keys import counter_key, shard_key
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import CacheUnavailable
 from timeline_fanout.memcache.cluster import MemcacheCluster
 
 
-def index_of(lists: ListStore, ref: ListRef) -> Index:
+def index_of(lists: ShardedLists, ref: ListRef) -> Index:
     raw = lists.cache.get_many([lists.index_key(ref)])[lists.index_key(ref)]
     return Index.parse(raw)
 
 
-def shard_keys(lists: ListStore, ref: ListRef) -> list[bytes]:
+def shard_keys(lists: ShardedLists, ref: ListRef) -> list[bytes]:
     idx = index_of(lists, ref)
-    return [lists.shard_key(lists.index_key(ref), idx.gen, s) for s in idx.shards]
+    return [shard_key(lists.index_key(ref), idx.gen, s) for s in idx.shards]
 
 
 def twin(cache: MemcacheCluster, kind: type[MemcacheCluster] = MemcacheCluster) -> MemcacheCluster:
@@ -48,7 +55,7 @@ class Frozen:
 
 
 def test_a_list_larger_than_several_shards_reads_back_exactly(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     names = [f"user{i:05d}" for i in range(400)]
@@ -68,7 +75,7 @@ def test_a_list_larger_than_several_shards_reads_back_exactly(
 
 
 def test_rebuild_splits_a_big_list_into_shards(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     names = [f"m{i}" for i in range(300)]
     sqlite_store.apply([EdgeChange(n, "star", True, i) for i, n in enumerate(names)])
@@ -78,7 +85,7 @@ def test_rebuild_splits_a_big_list_into_shards(
 
 
 def test_append_to_a_missing_list_never_adds_a_list_of_only_the_new_token(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     write(sqlite_store, lists, [EdgeChange(n, "star", True, i) for i, n in enumerate("abc")])
     lists.cache.flush_all()
@@ -90,7 +97,7 @@ def test_append_to_a_missing_list_never_adds_a_list_of_only_the_new_token(
     "lose", ["index", "journal", "first data shard", "newest shard", "counter"]
 )
 def test_any_lost_item_yields_the_exact_list(
-    sqlite_store: SqliteEdgeStore, lists: ListStore, lose: str
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists, lose: str
 ) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     names = [f"n{i:03d}" for i in range(60)]
@@ -119,7 +126,7 @@ def test_any_lost_item_yields_the_exact_list(
     assert set(sqlite_store.followers("star", limit=1000)) == expected
 
 
-def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ListStore) -> None:
+def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ShardedLists) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
     lists.cache.append_many({shard_keys(lists, STAR)[-1]: b"garbage "})
@@ -128,7 +135,7 @@ def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ListStore
 
 
 def test_flush_of_every_server_mid_run_still_yields_exact_lists(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     rng = random.Random(5)
     model: dict[tuple[str, str], bool] = {}
@@ -152,7 +159,9 @@ def test_flush_of_every_server_mid_run_still_yields_exact_lists(
             assert got[ListRef(kind, user)] == expected, (kind, user)
 
 
-def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: ListStore) -> None:
+def test_dirty_list_is_compacted_on_read(
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
+) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     for round_ in range(6):
         write(
@@ -171,7 +180,7 @@ def test_dirty_list_is_compacted_on_read(sqlite_store: SqliteEdgeStore, lists: L
 
 
 def test_churn_among_a_few_members_keeps_the_list_small(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     """Counters shrink with compaction, so a list of 2-3 members under follow/unfollow churn
     does not roll over without end (without shrinking, it reached 211 shards)."""
@@ -188,7 +197,7 @@ def test_churn_among_a_few_members_keeps_the_list_small(
 
 
 def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange(f"x{i}", "star", True, i) for i in range(10)])
@@ -197,13 +206,13 @@ def test_compaction_that_loses_the_cas_race_gives_up_and_drops_nothing(
     snapshot = lists.cache.gets_many(keys)
     # A writer appends between the compactor's gets and its cas.
     write(sqlite_store, lists, [EdgeChange("racer", "star", True, 500)])
-    lists._compact(keys, [snapshot[k] for k in keys])
+    lists.layout._compact(keys, [snapshot[k] for k in keys])
     assert lists.stats.compactions_lost == 1 and lists.stats.compactions == 0
     assert lists.read(STAR) == {"racer"}
 
 
 def test_a_late_older_token_loses_to_a_newer_one_whatever_the_append_order(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     """What was the zombie-consumer hole: an old token appended after a newer one. Tokens carry
     positions, so the newer one wins wherever it sits."""
@@ -225,13 +234,13 @@ def test_an_invalidation_during_a_rebuild_makes_its_stale_commit_fail(
     """A rebuild that read the store before a change must not commit after the
     invalidation that followed the change."""
     settings = ListSettings(namespace=unique)
-    stale = ListStore(twin(cache), Frozen({"removed": 1}), settings)
+    stale = sharded_lists(twin(cache), Frozen({"removed": 1}), settings)
     key = stale.index_key(STAR)
     gen = b"0badf00d"
-    assert stale._claim({key: gen}) == {key}
-    ListStore(cache, Frozen({}), settings).invalidate([STAR])  # the change's invalidation
-    assert stale._commit({key: (gen, Frozen({"removed": 1}).snapshot(STAR))}) == set()
-    assert ListStore(cache, Frozen({}), settings).read(STAR) == frozenset()
+    assert stale.layout.claim({key: gen}) == {key}
+    sharded_lists(cache, Frozen({}), settings).invalidate([STAR])  # the change's invalidation
+    assert stale.layout.commit({key: (gen, Frozen({"removed": 1}).snapshot(STAR))}) == set()
+    assert sharded_lists(cache, Frozen({}), settings).read(STAR) == frozenset()
 
 
 def test_a_write_during_a_rebuild_lands_in_its_journal(
@@ -239,14 +248,14 @@ def test_a_write_during_a_rebuild_lands_in_its_journal(
 ) -> None:
     """The rebuild read the store before our write; our write must reach what it commits."""
     settings = ListSettings(namespace=unique, compact_write_prob=0)
-    rebuilder = ListStore(twin(cache), Frozen({"a": 1}), settings)
+    rebuilder = sharded_lists(twin(cache), Frozen({"a": 1}), settings)
     key = rebuilder.index_key(STAR)
-    assert rebuilder._claim({key: b"00000001"}) == {key}
-    writer = ListStore(cache, sqlite_store, settings)
+    assert rebuilder.layout.claim({key: b"00000001"}) == {key}
+    writer = sharded_lists(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
     writer.apply({STAR: [(True, "b", 2)]})
     assert writer.stats.skipped_absent == 0 and writer.stats.appends == 1
-    assert rebuilder._commit({key: (b"00000001", Frozen({"a": 1}).snapshot(STAR))}) == {key}
+    assert rebuilder.layout.commit({key: (b"00000001", Frozen({"a": 1}).snapshot(STAR))}) == {key}
     assert writer.read(STAR) == {"a", "b"}
 
 
@@ -258,17 +267,17 @@ def test_a_lost_claim_cannot_commit(
     skips; the rebuild that missed that write must not commit. Nor may it disturb the claim
     that replaced its own."""
     settings = ListSettings(namespace=unique, compact_write_prob=0)
-    slow = ListStore(twin(cache), Frozen({"a": 1}), settings)
+    slow = sharded_lists(twin(cache), Frozen({"a": 1}), settings)
     key = slow.index_key(STAR)
-    assert slow._claim({key: b"0000aaaa"}) == {key}
+    assert slow.layout.claim({key: b"0000aaaa"}) == {key}
     cache.delete_many([key])  # eviction, a restart, or the lease running out
     if how == "expired and reclaimed":
-        other = ListStore(cache, sqlite_store, settings)
-        assert other._claim({key: b"0000bbbb"}) == {key}
-    writer = ListStore(cache, sqlite_store, settings)
+        other = sharded_lists(cache, sqlite_store, settings)
+        assert other.layout.claim({key: b"0000bbbb"}) == {key}
+    writer = sharded_lists(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
     writer.apply({STAR: [(True, "b", 2)]})
-    assert slow._commit({key: (b"0000aaaa", Frozen({"a": 1}).snapshot(STAR))}) == set()
+    assert slow.layout.commit({key: (b"0000aaaa", Frozen({"a": 1}).snapshot(STAR))}) == set()
     if how == "expired and reclaimed":
         assert index_of(writer, STAR).gen == b"0000bbbb"  # the other claim is untouched
         cache.delete_many([key])
@@ -276,7 +285,7 @@ def test_a_lost_claim_cannot_commit(
 
 
 def test_a_stale_rollover_never_re_adds_an_evicted_shard(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     """A writer with a stale view of the index rolls over while the shard it would
     have named again was evicted: its CAS fails, and the eviction is found, not hidden."""
@@ -322,12 +331,12 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
             herd_waiting.set()
             super().wait(seconds)
 
-    holder = ListStore(twin(cache), WaitsForTheHerd({"a": 1}), settings)
-    herd = ListStore(twin(cache, Waiting), Counting(), settings)
+    holder = sharded_lists(twin(cache), WaitsForTheHerd({"a": 1}), settings)
+    herd = sharded_lists(twin(cache, Waiting), Counting(), settings)
     key = holder.index_key(STAR)
-    assert holder._claim({key: b"00000123"}) == {key}
+    assert holder.layout.claim({key: b"00000123"}) == {key}
     finisher = threading.Thread(
-        target=lambda: holder._commit({key: (b"00000123", holder.source.snapshot(STAR))})
+        target=lambda: holder.layout.commit({key: (b"00000123", holder.source.snapshot(STAR))})
     )
     finisher.start()
     assert herd.read(STAR) == {"a"}
@@ -357,7 +366,7 @@ def test_a_list_on_a_down_server_is_read_whole_from_the_store_and_a_lone_servers
     """Never a shorter list: a read goes around the server to the store; a write that nothing
     can record as missed (a lone server has no guard) is an error, so its batch is retried."""
     down = MemcacheCluster([refused.pair], timeout=0.5)
-    lists = ListStore(down, sqlite_store, ListSettings(namespace=unique))
+    lists = sharded_lists(down, sqlite_store, ListSettings(namespace=unique))
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     assert lists.read(STAR) == {"a"}
     assert lists.stats.degraded_reads == 1
@@ -368,7 +377,7 @@ def test_a_list_on_a_down_server_is_read_whole_from_the_store_and_a_lone_servers
 @pytest.mark.parametrize(
     "user", ["a b", "a\nb", "a\r\n", "ctl\x01", "ctl\x1f", "x" * 65, "", "k\x7f", "ü", "a|b"]
 )
-def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: str) -> None:
+def test_no_unvalidated_input_reaches_a_memcached_key(lists: ShardedLists, user: str) -> None:
     """pymemcache itself lets \\x01..\\x1f through; the list layer refuses them first."""
     with pytest.raises(ValueError):
         lists.index_key(ListRef(ListKind.FOLLOWERS, user))
@@ -377,7 +386,7 @@ def test_no_unvalidated_input_reaches_a_memcached_key(lists: ListStore, user: st
 
 
 def test_a_user_named_like_another_users_keys_cannot_touch_them(
-    sqlite_store: SqliteEdgeStore, lists: ListStore
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
     """No id names another user's keys: with ``:`` as separator, user ``x:rb``'s list key
     would be user x's lease key, which would wedge every write of x."""
@@ -394,7 +403,7 @@ def test_writes_skip_absent_lists_and_readers_build_them(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
     settings = ListSettings(namespace=unique, compact_write_prob=1.0)  # would read: must not
-    lazy = ListStore(cache, sqlite_store, settings)
+    lazy = sharded_lists(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     lazy.apply({STAR: [(True, "a", 1)]})
     assert lazy.stats.skipped_absent == 1 and lazy.stats.rebuilds == 0
@@ -411,7 +420,7 @@ def test_every_cached_item_expires_and_a_divergent_list_heals(
     """Bounded self-healing: heads expire within heal_s (readers never extend them), their
     parts after twice that, so whatever a hole leaves behind is gone by then."""
     settings = ListSettings(namespace=unique, heal_s=2, compact_write_prob=0)
-    lists = ListStore(cache, sqlite_store, settings)
+    lists = sharded_lists(cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     assert lists.read(STAR) == {"a"}
     head = lists.index_key(STAR)
@@ -440,11 +449,11 @@ class Nothing:
 
 def empty_capped_lists(
     cache: MemcacheCluster, namespace: str, max_members: int, dirty_min: int
-) -> CappedListStore:
+) -> CappedLists:
     settings = ListSettings(
         namespace=namespace, max_members=max_members, dirty_min=dirty_min, compact_write_prob=0
     )
-    return CappedListStore(cache, Nothing(), settings)
+    return capped_lists(cache, Nothing(), settings)
 
 
 def test_capped_lists_live_in_one_item_and_keep_the_newest(
@@ -506,19 +515,19 @@ def test_a_delivery_during_a_timeline_rebuild_reaches_what_it_commits(
         def snapshot(self, ref: ListRef) -> Snapshot:
             return Snapshot(["old"], None)
 
-    rebuilder = CappedListStore(twin(cache), Old(), settings)
-    deliverer = CappedListStore(cache, Nothing(), settings)
+    rebuilder = capped_lists(twin(cache), Old(), settings)
+    deliverer = capped_lists(cache, Nothing(), settings)
     ref = ListRef(ListKind.TIMELINE, "reader")
     key = rebuilder.index_key(ref)
-    assert rebuilder._claim({key: b"0000cafe"}) == {key}
+    assert rebuilder.layout.claim({key: b"0000cafe"}) == {key}
     deliverer.deliver([(b"+new ", ["reader"])])
     assert deliverer.stats.appends == 1
-    assert rebuilder._commit({key: (b"0000cafe", Old().snapshot(ref))}) == {key}
+    assert rebuilder.layout.commit({key: (b"0000cafe", Old().snapshot(ref))}) == {key}
     assert deliverer.read(ref) == {"old", "new"}
     deliverer.invalidate([ref])  # a second build, invalidated before its commit
-    assert rebuilder._claim({key: b"0000beef"}) == {key}
+    assert rebuilder.layout.claim({key: b"0000beef"}) == {key}
     deliverer.invalidate([ref])
-    assert rebuilder._commit({key: (b"0000beef", Old().snapshot(ref))}) == set()
+    assert rebuilder.layout.commit({key: (b"0000beef", Old().snapshot(ref))}) == set()
 
 
 def test_a_delivery_refuses_an_invalid_follower_id_before_any_write(

@@ -13,9 +13,16 @@ from typing import Any, cast
 import pytest
 
 from tests.graph.lists.contention import write
-from timeline_fanout.graph import EdgeChange, ListKind, ListRef, ListSettings, ListStore
+from timeline_fanout.graph import (
+    EdgeChange,
+    ListKind,
+    ListRef,
+    ListSettings,
+    ShardedLists,
+    sharded_lists,
+)
 from timeline_fanout.graph.anti_entropy import AntiEntropy
-from timeline_fanout.graph.lists.capped import CappedListStore
+from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -55,8 +62,8 @@ class Counting:
 class Setup:
     cache: Counting
     store: Counting
-    lists: ListStore
-    timelines: CappedListStore
+    lists: ShardedLists
+    timelines: CappedLists
     celebrities: CelebrityPosts
     reader: TimelineReader
     pos: int = 0
@@ -91,12 +98,12 @@ def make(
     counted_store = Counting(store)
     as_cache = cast(MemcacheCluster, counted_cache)
     as_store = cast(EdgeStore, counted_store)
-    lists = ListStore(
+    lists = sharded_lists(
         as_cache,
         as_store,
         ListSettings(shard_bytes=128, namespace=unique, compact_write_prob=0),
     )
-    timelines = CappedListStore(
+    timelines = capped_lists(
         as_cache,
         TimelineSource(as_store, cap),
         ListSettings(namespace=unique, max_members=cap, compact_write_prob=0),

@@ -15,9 +15,19 @@ when it would pass the item size limit; a meta get tells them apart. Too big mea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from random import Random
 
 from timeline_fanout.graph.lists import fencing
-from timeline_fanout.graph.lists.token_lists import Pending, ReadRound, TokenLists
+from timeline_fanout.graph.lists.shared_reads import SharedReads
+from timeline_fanout.graph.lists.token_lists import (
+    ListContext,
+    ListSettings,
+    MemberSource,
+    Pending,
+    ReadRound,
+    TokenLists,
+    WriteRound,
+)
 from timeline_fanout.graph.lists.tokens import (
     CorruptList,
     additions,
@@ -26,8 +36,10 @@ from timeline_fanout.graph.lists.tokens import (
     encode_members,
 )
 from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
+from timeline_fanout.memcache.interface import Cache
 
 
 def shorter(ttl: int) -> int:
@@ -36,40 +48,44 @@ def shorter(ttl: int) -> int:
     return keep_ttl(ttl - 1) if ttl > 1 else keep_ttl(ttl)
 
 
-class CappedListStore(TokenLists):
-    def deliver(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> None:
-        """Append each token to the timelines of its users (a post to its followers): the
-        hot path of a fan-out, one pipelined APPEND per timeline with the command stream built
-        per post, not per follower. Refused appends (timeline absent, or full) go through the
-        same retry rounds as ``append_tokens``."""
-        keys = [self.keys.list_keys(ListKind.TIMELINE, users) for _, users in posts]
-        with self._writing():
-            refused = self.cache.append_to_each(
-                [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
-            )
-            self.stats.appends += sum(map(len, keys)) - len(refused)
-            pending: dict[bytes, Pending] = {}
-            users_of: dict[int, dict[bytes, str]] = {}
-            for group, key, _ in refused:
-                data, users = posts[group]
-                if key in pending:  # two posts to one refused timeline: one pending write
-                    pending[key].tokens += data
-                    continue
-                if group not in users_of:
-                    users_of[group] = dict(zip(keys[group], users, strict=True))
-                pending[key] = Pending(ListRef(ListKind.TIMELINE, users_of[group][key]), key, data)
-            self._settle(list(pending.values()))
-        self._compact_written(
-            ListRef(ListKind.TIMELINE, user) for _, users in posts for user in self._sample(users)
+class CappedLayout:
+    """Timelines, each one item (``ListLayout`` and ``EachAppending``)."""
+
+    kind = ListKind.TIMELINE
+
+    def __init__(self, context: ListContext) -> None:
+        self.context = context
+        self.cache = context.cache
+        self.settings = context.settings
+        self.stats = context.stats
+
+    def append_each(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> WriteRound:
+        """One pipelined APPEND per timeline, the command stream built per post, not per
+        follower; the refused appends (timeline absent, or full) are left to go round."""
+        keys = [self.context.keys.list_keys(self.kind, users) for _, users in posts]
+        refused = self.cache.append_to_each(
+            [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
         )
+        self.stats.appends += sum(map(len, keys)) - len(refused)
+        pending: dict[bytes, Pending] = {}
+        users_of: dict[int, dict[bytes, str]] = {}
+        for group, key, _ in refused:
+            data, users = posts[group]
+            if key in pending:  # two posts to one refused timeline: one pending write
+                pending[key].tokens += data
+                continue
+            if group not in users_of:
+                users_of[group] = dict(zip(keys[group], users, strict=True))
+            pending[key] = Pending(ListRef(self.kind, users_of[group][key]), key, data)
+        return WriteRound(again=list(pending.values()))
 
     # -- rebuilds ----------------------------------------------------------------------------
 
-    def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
+    def claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
         markers = {k: fencing.timeline_marker(g) for k, g in gens.items()}
         return fencing.claim(self.cache, markers, self.settings.lease_s)
 
-    def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
+    def commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
         def finishing(gen: bytes, snapshot: Snapshot) -> Callable[[bytes], bytes | None]:
             marker = fencing.timeline_marker(gen)
             rebuilt = encode_members(snapshot.members)
@@ -90,8 +106,8 @@ class CappedListStore(TokenLists):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _read_round(self, refs: list[ListRef]) -> ReadRound:
-        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+    def read_round(self, refs: list[ListRef]) -> ReadRound:
+        keys = dict(zip(refs, self.context.keys.ref_keys(refs), strict=True))
         found = self.cache.gets_many(keys.values())
         read = ReadRound()
         broken: dict[bytes, bytes] = {}
@@ -109,7 +125,7 @@ class CappedListStore(TokenLists):
                 broken[keys[ref]] = item.cas
                 continue
             read.found[ref] = decoded.members
-            if self._is_dirty(decoded):
+            if self.context.is_dirty(decoded):
                 self._compact(keys[ref], item)
         fencing.drop_if_unchanged(self.cache, broken)
         self.stats.invalidations += len(broken)
@@ -124,7 +140,7 @@ class CappedListStore(TokenLists):
         if item is None or fencing.timeline_building(item.value):
             return None
         members = additions(item.value)
-        if members is None or self._dirty(len(set(members)), len(members)):
+        if members is None or self.context.dirty(len(set(members)), len(members)):
             return None
         return members
 
@@ -140,16 +156,15 @@ class CappedListStore(TokenLists):
 
     # -- writes ------------------------------------------------------------------------------
 
-    def _write_round(self, pending: list[Pending]) -> list[Pending]:
+    def write_round(self, pending: list[Pending]) -> WriteRound:
         by_key = {p.key: p for p in pending}
+        left = WriteRound()
         outcomes = self.cache.append_many({k: p.tokens for k, p in by_key.items()})
         refused = [k for k, outcome in outcomes.items() if not outcome.ok]
         self.stats.appends += len(outcomes) - len(refused)
         present = self.cache.exists_many(refused)
         full = [k for k in refused if present[k]]
-        for key in refused:
-            if not present[key]:
-                self._skip(by_key[key])
+        left.skipped += [by_key[key] for key in refused if not present[key]]
         items = self.cache.gets_many(full)
         dropped: list[bytes] = []
         for key in full:  # too big: trim it, then append again
@@ -159,9 +174,9 @@ class CappedListStore(TokenLists):
             if fencing.timeline_building(item.value) or not self._trim(key, item):
                 dropped.append(key)  # a build this full, or one that trimming cannot shrink
         fencing.invalidate(self.cache, dropped)  # (cap too big for an item): regenerate it
-        for key in dropped:
-            self._skip(by_key[key])
-        return [by_key[k] for k in full if k not in dropped]
+        left.skipped += [by_key[key] for key in dropped]
+        left.again += [by_key[k] for k in full if k not in dropped]
+        return left
 
     def _trim(self, key: bytes, item: Item) -> bool:
         """Compact a timeline that an append found full; False if that frees nothing (or the
@@ -175,3 +190,19 @@ class CappedListStore(TokenLists):
         outcome = self.cache.cas(key, compacted, item.cas, shorter(item.ttl))
         self.stats.compactions += outcome is Outcome.STORED
         return outcome in (Outcome.STORED, Outcome.EXISTS)  # EXISTS: changed, go round
+
+
+CappedLists = TokenLists[CappedLayout]
+
+
+def capped_lists(
+    cache: Cache,
+    source: MemberSource,
+    settings: ListSettings | None = None,
+    *,
+    rng: Random | None = None,
+    shared: SharedReads[ListRef, Snapshot] | None = None,
+    fresh: Fresh = SYSTEM,
+) -> CappedLists:
+    """Timelines over ``cache``, rebuilt from ``source`` (see ``TokenLists``)."""
+    return TokenLists(cache, source, CappedLayout, settings, rng, shared, fresh)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
 from timeline_fanout.graph.model.edges import EdgeCounts, EdgeStore
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.memcache import Item, Outcome
@@ -167,7 +167,7 @@ def _parse(value: bytes) -> Cached | None:
     return Cached(EdgeCounts(int(parts[1]), int(parts[2])), len(base) != len(value))
 
 
-def list_counts(store: EdgeStore, lists: TokenLists) -> CountSource:
+def list_counts(store: EdgeStore, lists: TokenLists[ListLayout]) -> CountSource:
     """The store itself where it keeps counts, else its counts cached beside ``lists`` (same
     servers, namespace and expiry)."""
     if store.counts_kept:

@@ -27,12 +27,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from random import Random
 from typing import NamedTuple
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.decoded import DecodedLists
 from timeline_fanout.graph.lists.fencing import Index
-from timeline_fanout.graph.lists.token_lists import Pending, ReadRound, TokenLists
+from timeline_fanout.graph.lists.shared_reads import SharedReads
+from timeline_fanout.graph.lists.token_lists import (
+    ListContext,
+    ListSettings,
+    MemberSource,
+    Pending,
+    ReadRound,
+    TokenLists,
+    WriteRound,
+)
 from timeline_fanout.graph.lists.tokens import (
     CorruptList,
     compact_shards,
@@ -41,8 +51,10 @@ from timeline_fanout.graph.lists.tokens import (
     split_tokens,
 )
 from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import ListRef, counter_key, shard_key
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
+from timeline_fanout.memcache.interface import Cache
 
 # A list whose shards could hold its live tokens in half as many is rebuilt compact.
 MIN_SHARDS_TO_REPACK = 4
@@ -77,6 +89,7 @@ class _Retries:
 
     again: list[Pending] = field(default_factory=list)
     broken: dict[ListRef, _Broken] = field(default_factory=dict)
+    skipped: list[Pending] = field(default_factory=list)
 
     def break_list(self, item: Pending, head: Item) -> None:
         self.broken[item.ref] = _Broken(item, head)
@@ -84,27 +97,31 @@ class _Retries:
     def add(self, other: _Retries) -> None:
         self.again += other.again
         self.broken.update(other.broken)
+        self.skipped += other.skipped
 
 
-class ListStore(TokenLists):
-    """Sharded lists (followers, following): an index item and shards behind it."""
+class ShardedLayout:
+    """Sharded lists (followers, following): an index item and shards behind it
+    (``ListLayout``)."""
 
     decoded = DecodedLists()  # per process: every reader of a list decodes the same bytes
 
-    @staticmethod
-    def shard_key(index_key: bytes, gen: bytes, shard: bytes) -> bytes:
-        return shard_key(index_key, gen, shard)
+    def __init__(self, context: ListContext) -> None:
+        self.context = context
+        self.cache = context.cache
+        self.settings = context.settings
+        self.stats = context.stats
 
     # -- rebuilds ----------------------------------------------------------------------------
 
-    def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
+    def claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
         """The journal shard (and its counter) first, then the marker that names it."""
         parts: dict[bytes, bytes] = {}
         for key, gen in gens.items():
             journal = shard_key(key, gen, fencing.JOURNAL)
             parts[journal] = b""
             parts[counter_key(journal)] = b"0"
-        self.cache.add_many(parts, expire=self.part_expiry())
+        self.cache.add_many(parts, expire=self.context.part_expiry())
         won = fencing.claim(
             self.cache, {k: fencing.index_marker(g) for k, g in gens.items()}, self.settings.lease_s
         )
@@ -118,7 +135,7 @@ class ListStore(TokenLists):
         journal = shard_key(key, gen, fencing.JOURNAL)
         return journal, counter_key(journal)
 
-    def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
+    def commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
         """Data shards ``0..k`` and the newest one's counter, then the index CAS."""
         parts: dict[bytes, dict[bytes, bytes]] = {}
         heads: dict[bytes, bytes] = {}
@@ -132,7 +149,8 @@ class ListStore(TokenLists):
             parts[key] = mine
             heads[key] = Index(gen, (fencing.JOURNAL, *names), False).encode()
         added = self.cache.add_many(
-            {k: v for mine in parts.values() for k, v in mine.items()}, expire=self.part_expiry()
+            {k: v for mine in parts.values() for k, v in mine.items()},
+            expire=self.context.part_expiry(),
         )
         complete = [key for key, mine in parts.items() if all(added[k].ok for k in mine)]
 
@@ -155,8 +173,8 @@ class ListStore(TokenLists):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _read_round(self, refs: list[ListRef]) -> ReadRound:
-        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+    def read_round(self, refs: list[ListRef]) -> ReadRound:
+        keys = dict(zip(refs, self.context.keys.ref_keys(refs), strict=True))
         heads = self.cache.gets_many(keys.values())
         read = ReadRound()
         broken: dict[ListRef, Item] = {}
@@ -192,7 +210,7 @@ class ListStore(TokenLists):
                 broken[ref] = heads[keys[ref]]
                 continue
             read.found[ref] = decoded.members
-            if self._is_dirty(decoded):
+            if self.context.is_dirty(decoded):
                 self._compact(ks, [shards[k] for k in ks])
             if self._wasteful(ks, [shards[k] for k in ks], decoded.members):
                 broken[ref] = heads[keys[ref]]  # read fine; dropped so the next read repacks it
@@ -240,7 +258,7 @@ class ListStore(TokenLists):
         except CorruptList:
             return None
         self.stats.decodes += 1
-        if self._is_dirty(decoded) or self._wasteful(keys, present, decoded.members):
+        if self.context.is_dirty(decoded) or self._wasteful(keys, present, decoded.members):
             return None
         self.decoded.put(key, values, decoded.members)
         return decoded.members
@@ -249,20 +267,20 @@ class ListStore(TokenLists):
         fencing.drop_if_unchanged(self.cache, {keys[ref]: head.cas for ref, head in broken.items()})
         self.stats.invalidations += len(broken)
 
-    def _drop_or_retry(self, broken: Mapping[ListRef, _Broken]) -> list[Pending]:
+    def _drop_or_retry(self, left: _Retries) -> WriteRound:
         """Drop the lists a write round found broken, each if its head is unchanged, and skip
         their writes; a write whose list's head changed since it was read goes round again."""
         outcomes = fencing.drop_if_unchanged(
-            self.cache, {b.item.key: b.head.cas for b in broken.values()}
+            self.cache, {b.item.key: b.head.cas for b in left.broken.values()}
         )
-        again: list[Pending] = []
-        for item, _ in broken.values():
+        result = WriteRound(left.again, left.skipped)
+        for item, _ in left.broken.values():
             if outcomes[item.key] is Outcome.EXISTS:
-                again.append(item)
+                result.again.append(item)
             else:
-                self._skip(item)
-        self.stats.invalidations += len(broken) - len(again)
-        return again
+                result.skipped.append(item)
+                self.stats.invalidations += 1
+        return result
 
     def _wasteful(self, keys: list[bytes], shards: list[Item], members: frozenset[str]) -> bool:
         if len(keys) < MIN_SHARDS_TO_REPACK:
@@ -292,7 +310,7 @@ class ListStore(TokenLists):
 
     # -- writes ------------------------------------------------------------------------------
 
-    def _write_round(self, pending: list[Pending]) -> list[Pending]:
+    def write_round(self, pending: list[Pending]) -> WriteRound:
         left = _Retries()
         keys = {p.ref: p.key for p in pending}
         heads = self.cache.gets_many(keys.values())
@@ -300,7 +318,7 @@ class ListStore(TokenLists):
         for item in pending:
             head = heads.get(item.key)
             if head is None:
-                self._skip(item)
+                left.skipped.append(item)
                 continue
             try:
                 idx = Index.parse(head.value)
@@ -337,7 +355,7 @@ class ListStore(TokenLists):
             else:  # evicted (the list is incomplete), or a build's journal full: drop the
                 left.break_list(at.item, at.head)  # list, writers never wait for a build
         left.add(self._roll_over(plan.rollovers))
-        return left.again + self._drop_or_retry(left.broken)
+        return self._drop_or_retry(left)
 
     def _reachable(self, located: list[_Located], left: _Retries) -> list[_Located]:
         """The writes whose newest shard and its counter are on usable servers. The others'
@@ -366,7 +384,7 @@ class ListStore(TokenLists):
             return left
         present = self.cache.get_many([at.shard for at in uncounted])
         seeds = {counter_key(k): b"%d" % len(v) for k, v in present.items()}
-        self.cache.add_many(seeds, expire=self.part_expiry())
+        self.cache.add_many(seeds, expire=self.context.part_expiry())
         for at in uncounted:
             if at.shard not in present:
                 left.break_list(at.item, at.head)
@@ -382,14 +400,14 @@ class ListStore(TokenLists):
             return left
         named: dict[bytes, tuple[_Located, bytes]] = {}
         for at in rollovers:
-            name = self.fresh.hex(3)
+            name = self.context.fresh.hex(3)
             named[shard_key(at.item.key, at.index.gen, name)] = (at, name)
         added = self.cache.add_many(
-            {k: at.item.tokens for k, (at, _) in named.items()}, expire=self.part_expiry()
+            {k: at.item.tokens for k, (at, _) in named.items()}, expire=self.context.part_expiry()
         )
         self.cache.add_many(
             {counter_key(k): b"%d" % len(named[k][0].item.tokens) for k in named},
-            expire=self.part_expiry(),
+            expire=self.context.part_expiry(),
         )
         swaps: dict[bytes, tuple[bytes, bytes]] = {}
         shard_of: dict[bytes, bytes] = {}
@@ -417,9 +435,26 @@ class ListStore(TokenLists):
             if outcome is Outcome.EXISTS:  # the index changed under a stale view: go round
                 left.again.append(at.item)
             elif outcome is Outcome.NOT_FOUND:  # the list is gone: the store has the write
-                self._skip(at.item)
+                left.skipped.append(at.item)
             else:  # the index itself is full: drop the list, a rebuild packs it
                 left.break_list(at.item, at.head)
         if orphans:
             self.cache.delete_many(orphans)
         return left
+
+
+ShardedLists = TokenLists[ShardedLayout]
+
+
+def sharded_lists(
+    cache: Cache,
+    source: MemberSource,
+    settings: ListSettings | None = None,
+    *,
+    rng: Random | None = None,
+    shared: SharedReads[ListRef, Snapshot] | None = None,
+    fresh: Fresh = SYSTEM,
+) -> ShardedLists:
+    """Follower and following lists over ``cache``, rebuilt from ``source`` (see
+    ``TokenLists``)."""
+    return TokenLists(cache, source, ShardedLayout, settings, rng, shared, fresh)

@@ -1,8 +1,10 @@
 """What every cached token list shares: settings, stats, the read and write retry loops, rebuilds
 through the fence, invalidation, the dirtiness rule and write sampling.
 
-A layout (graph/lists/sharded.py: follower and following lists; graph/lists/capped.py: home
-timelines) supplies how a list is claimed, committed, read and appended to. The fence itself
+A ``ListLayout`` (graph/lists/sharded.py: follower and following lists; graph/lists/capped.py:
+home timelines) supplies how a list is claimed, committed, read and appended to, on a
+``ListContext`` it shares with the ``TokenLists`` over it: the layout never drives retries, waits
+or rebuilds, and ``TokenLists`` never touches a layout's keys beyond its head. The fence itself
 (claim, commit, invalidate) and the argument for why it is right are in graph/lists/fencing.py; the
 token encoding, in which appends commute, in graph/lists/tokens.py.
 
@@ -14,23 +16,24 @@ expires and the next reader rebuilds the list from the store: healing is bounded
 
 from __future__ import annotations
 
-import abc
-import contextlib
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.tokens import DecodedList, encode, split_tokens
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
-from timeline_fanout.graph.model.keys import KeySpace, ListRef
+from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.memcache.interface import Cache
 
 __all__ = [
+    "EachAppending",
+    "ListContext",
+    "ListLayout",
     "ListSettings",
     "ListStats",
     "ListWriteError",
@@ -38,6 +41,8 @@ __all__ = [
     "Pending",
     "ReadRound",
     "TokenLists",
+    "WriteResult",
+    "WriteRound",
 ]
 
 MAX_WRITE_ATTEMPTS = 8
@@ -45,7 +50,6 @@ MAX_WRITE_ATTEMPTS = 8
 # far apart, then reads the store itself rather than wait longer (and rather than stampede it).
 BUILD_WAIT_ROUNDS = 50
 BUILD_WAIT_S = 0.01
-T = TypeVar("T")
 
 
 @dataclass
@@ -115,20 +119,111 @@ class Pending:
     tokens: bytes
 
 
-class TokenLists(abc.ABC):
+@dataclass(slots=True)
+class WriteRound:
+    """What one write round left: the writes to go round again, and those skipped because
+    their list is not in the cache (a write never builds a list: its next reader builds it
+    from the store, which already holds the write)."""
+
+    again: list[Pending] = field(default_factory=list)
+    skipped: list[Pending] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a write did: how many lists it appended to (one per list per write, as
+    ``ListStats.appends``), and the lists it skipped because they were not in the cache."""
+
+    appended: int
+    skipped: frozenset[ListRef]
+
+
+@dataclass(frozen=True, slots=True)
+class ListContext:
+    """What a layout works with, shared with the ``TokenLists`` over it: the cache, the
+    settings, the key space, the stats both count into, and where generation ids and shard
+    names come from."""
+
+    cache: Cache
+    settings: ListSettings
+    keys: KeySpace
+    stats: ListStats
+    fresh: Fresh
+
+    def part_expiry(self) -> int:
+        """Shards outlive the head that names them (a head lives at most 1.1 x heal_s)."""
+        return 2 * self.settings.heal_s + self.settings.lease_s
+
+    def dirty(self, members: int, tokens: int) -> bool:
+        """Worth compacting: more dead tokens (removed, superseded, duplicated, or past the
+        cap) than ``dirty_min`` and than ``dirty_ratio`` of all tokens."""
+        cap = self.settings.max_members
+        dead = tokens - (members if cap is None else min(members, cap))
+        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * tokens
+
+    def is_dirty(self, decoded: DecodedList) -> bool:
+        return self.dirty(len(decoded.members), decoded.tokens)
+
+
+class ListLayout(Protocol):
+    """How lists are laid out in the cache. ``TokenLists`` drives the rounds (retries, waits for
+    another client's build, rebuilds from the source, reads from the store when a server is
+    unavailable); a layout answers one round at a time and keeps the fence's invariants
+    (graph/lists/fencing.py) for its own items."""
+
+    def claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
+        """Claim the heads ``{head key: generation}``; return those this client builds."""
+        ...
+
+    def commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
+        """Write each claimed list's snapshot and commit it through the fence; return the
+        heads committed."""
+        ...
+
+    def read_round(self, refs: list[ListRef]) -> ReadRound:
+        """One pass over the cache for ``refs`` (see ``ReadRound``)."""
+        ...
+
+    def write_round(self, pending: list[Pending]) -> WriteRound:
+        """Append what can be appended; say what goes round again and what was skipped."""
+        ...
+
+
+class EachAppending(ListLayout, Protocol):
+    """A layout whose head is the item appended to (capped timelines): a delivery's first round
+    is one pipelined APPEND per list, with the command stream built per token, not per list."""
+
+    kind: ListKind  # of the lists delivered to
+
+    def append_each(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> WriteRound:
+        """Append each token to the lists of its users; the refused appends, to settle."""
+        ...
+
+
+L = TypeVar("L", bound=ListLayout, covariant=True)
+E = TypeVar("E", bound=EachAppending)
+T = TypeVar("T")
+
+
+class TokenLists(Generic[L]):
+    """Cached token lists in one layout: reads (with rebuilds, waits and failover to the
+    store), writes (with retry rounds), invalidations and write-sampled compaction."""
+
     def __init__(
         self,
         cache: Cache,
         source: MemberSource,
+        layout: Callable[[ListContext], L],
         settings: ListSettings | None = None,
         rng: random.Random | None = None,
         shared: SharedReads[ListRef, Snapshot] | None = None,
         fresh: Fresh = SYSTEM,
     ) -> None:
-        """``shared``: store reads shared with the other threads' lists on the same edge store
-        (graph/lists/shared_reads.py); one of its own if None. ``fresh``: the clock and random
-        hex generation ids and shard names are made from (graph/model/fresh.py). A reader
-        waiting for another client's build waits with ``cache.wait``."""
+        """``layout``: made on this object's ``ListContext``. ``shared``: store reads shared
+        with the other threads' lists on the same edge store (graph/lists/shared_reads.py); one
+        of its own if None. ``fresh``: the clock and random hex generation ids and shard names
+        are made from (graph/model/fresh.py). A reader waiting for another client's build waits
+        with ``cache.wait``."""
         self.cache = cache
         self.source = source
         self.shared = shared or SharedReads()
@@ -136,8 +231,8 @@ class TokenLists(abc.ABC):
         self.keys = KeySpace(self.settings.namespace)
         self.stats = ListStats()
         self._rng = rng or random.Random()
-        self.fresh = fresh
-        self._skipped: set[ListRef] = set()  # lists the current write skipped
+        self.context = ListContext(cache, self.settings, self.keys, self.stats, fresh)
+        self.layout = layout(self.context)
 
     # -- keys and expiry ---------------------------------------------------------------------
 
@@ -150,10 +245,6 @@ class TokenLists(abc.ABC):
     def head_expiry(self) -> int:
         heal = self.settings.heal_s
         return max(1, round(heal * (0.9 + 0.2 * self._rng.random())))
-
-    def part_expiry(self) -> int:
-        """Shards outlive the head that names them (a head lives at most 1.1 x heal_s)."""
-        return 2 * self.settings.heal_s + self.settings.lease_s
 
     # -- invalidation and rebuilds -----------------------------------------------------------
 
@@ -172,11 +263,13 @@ class TokenLists(abc.ABC):
         if not unique:
             return {}
         keys = dict(zip(unique, self.index_keys(unique), strict=True))
-        gens = {ref: fencing.new_generation(self.head_expiry(), self.fresh) for ref in unique}
-        won = self._claim({keys[ref]: gens[ref] for ref in unique})
+        gens = {
+            ref: fencing.new_generation(self.head_expiry(), self.context.fresh) for ref in unique
+        }
+        won = self.layout.claim({keys[ref]: gens[ref] for ref in unique})
         mine = [ref for ref in unique if keys[ref] in won]
         snapshots = {ref: self.source.snapshot(ref) for ref in mine}
-        committed = self._commit({keys[ref]: (gens[ref], snapshots[ref]) for ref in mine})
+        committed = self.layout.commit({keys[ref]: (gens[ref], snapshots[ref]) for ref in mine})
         result: dict[ListRef, frozenset[str] | None] = dict.fromkeys(unique)
         for ref in mine:
             if keys[ref] in committed:
@@ -205,7 +298,7 @@ class TokenLists(abc.ABC):
             usable = self.cache.available(self.index_keys(todo))
             self._from_source([ref for ref, ok in zip(todo, usable, strict=True) if not ok], result)
             todo = list(compress(todo, usable))
-            read = self._read_round(todo)
+            read = self.layout.read_round(todo)
             result.update(read.found)
             # A server that failed during the round made its lists absent: not to be built.
             usable = self.cache.available(self.index_keys(read.absent))
@@ -244,68 +337,40 @@ class TokenLists(abc.ABC):
     def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
         """What the cache holds for each list that is cached and not being built; nothing is
         rebuilt (anti-entropy compares this with the store)."""
-        return self._read_round(list(dict.fromkeys(refs))).found
-
-    def _is_dirty(self, decoded: DecodedList) -> bool:
-        return self._dirty(len(decoded.members), decoded.tokens)
-
-    def _dirty(self, members: int, tokens: int) -> bool:
-        """Worth compacting: more dead tokens (removed, superseded, duplicated, or past the
-        cap) than ``dirty_min`` and than ``dirty_ratio`` of all tokens."""
-        cap = self.settings.max_members
-        dead = tokens - (members if cap is None else min(members, cap))
-        return dead > self.settings.dirty_min and dead > self.settings.dirty_ratio * tokens
+        return self.layout.read_round(list(dict.fromkeys(refs))).found
 
     # -- writes ------------------------------------------------------------------------------
 
-    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str, int]]]) -> None:
+    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str, int]]]) -> WriteResult:
         """Append ``(add, member, position)`` tokens to many lists. The edge store must already
         hold these changes."""
-        self.append_tokens({ref: encode(ops) for ref, ops in changes.items() if ops})
+        return self.append_tokens({ref: encode(ops) for ref, ops in changes.items() if ops})
 
-    def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> None:
+    def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> WriteResult:
         """``apply`` for tokens already encoded."""
         refs = [ref for ref, data in tokens.items() if data]
         keys = dict(zip(refs, self.index_keys(refs), strict=True))
         # A list's tokens larger than a shard go in several waves (tokens commute), so no
         # single write can pass the server's item size limit.
         pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
-        with self._writing():
-            for wave in range(max(map(len, pieces.values()), default=0)):
-                self._settle(
-                    [Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)]
-                )
-        self._compact_written(self._sample(list(tokens)))
+        write = _Write(self)
+        for wave in range(max(map(len, pieces.values()), default=0)):
+            write.settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
+        result = write.done()
+        self._compact_written(self._sample(list(tokens)), result.skipped)
+        return result
 
-    @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """One write's skips, recorded: a list skipped because its server left one of the
-        write's exchanges unanswered (a refused APPEND's existence check, say) was not absent
-        but missed this write, and its server must never serve it again (memcache/trust.py)."""
-        self._skipped = set()
-        since = self.cache.checkpoint()
-        yield
-        self.cache.missed(self.index_keys(list(self._skipped)), since)
-
-    @property
-    def skipped(self) -> frozenset[ListRef]:
-        """The lists the last write skipped because they were not in the cache."""
-        return frozenset(self._skipped)
-
-    def _settle(self, pending: list[Pending]) -> None:
-        for attempt in range(MAX_WRITE_ATTEMPTS):
-            if not pending:
-                return
-            if attempt:
-                self.stats.retries += 1
-            pending = self._write_round(pending)
-        raise ListWriteError(f"could not append to {len(pending)} lists after retries")
-
-    def _skip(self, item: Pending) -> None:
-        """A write never builds a list: one that is not in the cache is left alone, and its
-        next reader builds it from the store, which already holds this write."""
-        self.stats.skipped_absent += 1
-        self._skipped.add(item.ref)
+    def deliver(self: TokenLists[E], posts: Sequence[tuple[bytes, Sequence[str]]]) -> WriteResult:
+        """Append each token to the lists of its users (a post to its followers' timelines):
+        the hot path of a fan-out, the layout's ``append_each`` first, then what it refused
+        (list absent, or full) through the same retry rounds as ``append_tokens``."""
+        write = _Write(self)
+        write.settle_after(self.layout.append_each(posts))
+        result = write.done()
+        kind = self.layout.kind
+        sampled = [ListRef(kind, user) for _, users in posts for user in self._sample(users)]
+        self._compact_written(sampled, result.skipped)
+        return result
 
     def _sample(self, written: Sequence[T]) -> list[T]:
         """A random ``compact_write_prob`` share of what a write touched (rounded at random,
@@ -313,28 +378,46 @@ class TokenLists(abc.ABC):
         share = self.settings.compact_write_prob * len(written)
         return self._rng.sample(written, min(len(written), int(share + self._rng.random())))
 
-    def _compact_written(self, refs: Iterable[ListRef]) -> None:
+    def _compact_written(self, refs: Iterable[ListRef], skipped: frozenset[ListRef]) -> None:
         """Read, and so compact if dirty, lists just written to; not those the write skipped:
         they are not in the cache, and a read would build them."""
-        chosen = [ref for ref in refs if ref not in self._skipped]
+        chosen = [ref for ref in refs if ref not in skipped]
         if chosen:
             self.read_many(chosen)
 
-    # -- what a layout supplies --------------------------------------------------------------
 
-    @abc.abstractmethod
-    def _claim(self, gens: Mapping[bytes, bytes]) -> set[bytes]:
-        """Claim the heads ``{head key: generation}``; return those this client builds."""
+class _Write:
+    """One write's rounds and skips. A list skipped because its server left one of the write's
+    exchanges unanswered (a refused APPEND's existence check, say) was not absent but missed
+    this write, and its server must never serve it again (memcache/trust.py): ``done`` reports
+    the skips to the cache."""
 
-    @abc.abstractmethod
-    def _commit(self, builds: Mapping[bytes, tuple[bytes, Snapshot]]) -> set[bytes]:
-        """Write each claimed list's snapshot and commit it through the fence; return the
-        heads committed."""
+    def __init__(self, lists: TokenLists[L]) -> None:
+        self._lists = lists
+        self._since = lists.cache.checkpoint()
+        self._appends = lists.stats.appends
+        self._skipped: set[ListRef] = set()
 
-    @abc.abstractmethod
-    def _read_round(self, refs: list[ListRef]) -> ReadRound:
-        """One pass over the cache for ``refs`` (see ``ReadRound``)."""
+    def settle(self, pending: list[Pending]) -> None:
+        """Rounds until nothing is left to go round again (at most ``MAX_WRITE_ATTEMPTS``)."""
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            if not pending:
+                return
+            if attempt:
+                self._lists.stats.retries += 1
+            pending = self._record(self._lists.layout.write_round(pending))
+        raise ListWriteError(f"could not append to {len(pending)} lists after retries")
 
-    @abc.abstractmethod
-    def _write_round(self, pending: list[Pending]) -> list[Pending]:
-        """Append what can be appended; return what must go round again."""
+    def settle_after(self, first: WriteRound) -> None:
+        """``settle`` what a first round (``EachAppending.append_each``) left."""
+        self.settle(self._record(first))
+
+    def _record(self, round_: WriteRound) -> list[Pending]:
+        self._lists.stats.skipped_absent += len(round_.skipped)
+        self._skipped.update(item.ref for item in round_.skipped)
+        return round_.again
+
+    def done(self) -> WriteResult:
+        lists = self._lists
+        lists.cache.missed(lists.index_keys(list(self._skipped)), self._since)
+        return WriteResult(lists.stats.appends - self._appends, frozenset(self._skipped))

@@ -32,7 +32,7 @@ shard holds at t_s is all that sequential reader would see of it at t_s. Nothing
 rebuild or compaction protocol changes: a reader only chooses when to send its shard GETs.
 
 **The timeline and the celebrity items in the same batch.** Those are separate items, each read
-through its own validation (``CappedListStore.fetched``, ``CelebrityPosts``), and no guarantee
+through its own validation (``CappedLists.fetched``, ``CelebrityPosts``), and no guarantee
 relates the instants at which a reader reads them: the sequential reader read the following
 list, then the timeline, with writes free to land in between, in either item. Once writes stop,
 every read returns the view of the store, whichever order its GETs ran in.
@@ -56,8 +56,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from timeline_fanout.graph.lists.capped import CappedListStore
-from timeline_fanout.graph.lists.sharded import ListStore
+from timeline_fanout.graph.lists.capped import CappedLists
+from timeline_fanout.graph.lists.sharded import ShardedLists
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.memcache.cluster import Item
@@ -122,8 +122,8 @@ class Fetched:
 class TimelineFetch:
     def __init__(
         self,
-        follow_lists: ListStore,
-        timelines: CappedListStore,
+        follow_lists: ShardedLists,
+        timelines: CappedLists,
         celebrity_posts: CelebrityPosts,
         memory: ReadMemory | None = None,
     ) -> None:
@@ -154,7 +154,7 @@ class TimelineFetch:
         """What a read that accepted ``head`` leaves for the next one, its batch's keys
         included (computed once, not on every read)."""
         first = self.batch_keys(user, None)
-        shards = self._lists.named_shards(first[0], head)
+        shards = self._lists.layout.named_shards(first[0], head)
         keys = (*first, *shards, *self._celebrity_posts.keys(celebrities))
         return Remembered(head, tuple(celebrities), keys)
 
@@ -175,9 +175,9 @@ class TimelineFetch:
             # Not the head remembered: its shards are read now, after it (the plain protocol).
             list_items = {
                 list_key: head,
-                **self._get(self._lists.named_shards(list_key, head.value)),
+                **self._get(self._lists.layout.named_shards(list_key, head.value)),
             }
-        following = self._lists.fetched(list_key, list_items)
+        following = self._lists.layout.fetched(list_key, list_items)
         accepted = None if following is None or head is None else head.value
         if following is None:
             following = self._lists.read(following_ref)
@@ -193,7 +193,7 @@ class TimelineFetch:
         else:
             self._memory.put(user, self._remember(user, accepted, celebrities))
 
-        delivered = self._timelines.fetched(found.get(timeline_key))
+        delivered = self._timelines.layout.fetched(found.get(timeline_key))
         if delivered is None:
             delivered = list(self._timelines.read(timeline_ref))
         return Fetched(following, delivered, celebrities, found)

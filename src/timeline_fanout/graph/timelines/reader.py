@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import NamedTuple
 
-from timeline_fanout.graph.lists.capped import CappedListStore
-from timeline_fanout.graph.lists.sharded import ListStore
+from timeline_fanout.graph.lists.capped import CappedLists
+from timeline_fanout.graph.lists.sharded import ShardedLists
 from timeline_fanout.graph.lists.tokens import CorruptList, CorruptMember
 from timeline_fanout.graph.model.edges import EdgeStore, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
@@ -89,8 +89,8 @@ class TimelineReader:
     def __init__(
         self,
         store: EdgeStore,
-        follow_lists: ListStore,
-        timelines: CappedListStore,
+        follow_lists: ShardedLists,
+        timelines: CappedLists,
         cap: int,
         celebrity_posts: CelebrityPosts | None = None,
         memory: ReadMemory | None = None,
@@ -108,7 +108,7 @@ class TimelineReader:
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
         heal_s = timelines.settings.heal_s
         self.bodies = PostBodies(
-            timelines.cache, store, timelines.keys, heal_s, known, timelines.fresh
+            timelines.cache, store, timelines.keys, heal_s, known, timelines.context.fresh
         )
         self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies, heal_s)
 
