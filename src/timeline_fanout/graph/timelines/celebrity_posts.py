@@ -43,7 +43,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from timeline_fanout.graph.model.edges import EdgeStore
+from timeline_fanout.graph.model.edges import PostsAndCelebrities
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.memcache import Item, Outcome
@@ -75,7 +75,7 @@ class CelebrityPosts:
     def __init__(
         self,
         cache: Cache,
-        store: EdgeStore,
+        store: PostsAndCelebrities,
         keys: KeySpace,
         cap: int,
         ttl_s: int = DEFAULT_TTL_S,

@@ -8,7 +8,7 @@ the entries it would show; an entry whose item says deleted is skipped and the w
 (graph/timelines/reader.py), whichever timeline, celebrity item or late delivery brought it.
 
 **Why a deleted post is never shown again.** The store's tombstone is permanent
-(``EdgeStore.delete_posts``) and is written before the consumer SETs the item to ``x``
+(``PostStore.delete_posts``) and is written before the consumer SETs the item to ``x``
 (consumers/fanout_apply.py). An item holds a live text only if a reader put it there, and a
 reader puts it only by CAS over the ``~`` it saw with ``gets`` *before* its store read. Take a
 deletion whose SET lands at time s, and a reader whose CAS of a live text succeeds after s: its
@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from typing import NamedTuple
 
-from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
+from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostStore
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.known_texts import Known, KnownTexts
@@ -150,7 +150,7 @@ class PostBodies:
     def __init__(
         self,
         cache: Cache,
-        store: EdgeStore,
+        store: PostStore,
         keys: KeySpace,
         heal_s: int,
         known: KnownTexts | None = None,
@@ -265,7 +265,7 @@ class PostBodies:
             self._cache.cas_many(writes, self._expire)  # failed: someone wrote since; theirs stands
 
     def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
-        """``EdgeStore.store_posts`` inside the fence, so that the posts' items are live before
+        """``PostStore.store_posts`` inside the fence, so that the posts' items are live before
         the first page shows them (no reader has to fill them): ``~`` ADDed where an item is
         missing, every item read with ``gets``, the store written and its answer (the texts
         stored first; nothing for a deleted post) CAS'd over the items that were not filled

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from timeline_fanout.graph.lists.capped import CappedListStore
 from timeline_fanout.graph.lists.sharded import ListStore
 from timeline_fanout.graph.lists.tokens import CorruptList, CorruptMember
-from timeline_fanout.graph.model.edges import EdgeStore, Snapshot
+from timeline_fanout.graph.model.edges import GraphAndPosts, PostsAndCelebrities, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
@@ -71,7 +71,7 @@ class Walked(NamedTuple):
 class TimelineSource:
     """What a missing timeline is regenerated from: recent posts of the user's followees."""
 
-    def __init__(self, store: EdgeStore, cap: int) -> None:
+    def __init__(self, store: GraphAndPosts, cap: int) -> None:
         self._store = store
         self._cap = cap
 
@@ -88,7 +88,7 @@ class TimelineReader:
 
     def __init__(
         self,
-        store: EdgeStore,
+        store: PostsAndCelebrities,
         follow_lists: ListStore,
         timelines: CappedListStore,
         cap: int,
