@@ -97,6 +97,7 @@ def celebrity_posts(
         timelines.keys,
         settings.timeline_max,
         settings.celebrity_cache_s,
+        timelines.fresh,
     )
 
 

@@ -60,7 +60,6 @@ not one per post.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
@@ -158,7 +157,7 @@ class PostBodies:
     ) -> None:
         """``known``: the texts known under a deletion mark, shared by the process's bodies
         (graph/timelines/known_texts.py); one of its own if None. ``fresh``: where the mark's
-        values come from (graph/model/fresh.py)."""
+        values and the known texts' clock come from (graph/model/fresh.py)."""
         self._cache = cache
         self._store = store
         self._keys = keys
@@ -203,7 +202,7 @@ class PostBodies:
         unread: dict[bytes, str] = {}
         mark = self._mark(found)
         known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (self._known.texts, mark.value)
-        now = time.monotonic()
+        now = self._fresh.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
             if item is not None and self._take(bodies, post, item.value):

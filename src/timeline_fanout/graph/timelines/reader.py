@@ -98,12 +98,14 @@ class TimelineReader:
     ) -> None:
         """``memory`` and ``known`` (the post texts known under a deletion mark,
         graph/timelines/known_texts.py): shared by the readers of a process; their own if None.
-        Deletion marks are made with the timelines' ``fresh`` (graph/model/fresh.py)."""
+        Deletion marks are made, and the deadlines of known texts and (unless
+        ``celebrity_posts`` is given) of celebrity items read, with the timelines' ``fresh``
+        (graph/model/fresh.py)."""
         self.follow_lists = follow_lists
         self.timelines = timelines
         self._cap = cap
         self.celebrity_posts = celebrity_posts or CelebrityPosts(
-            timelines.cache, store, timelines.keys, cap
+            timelines.cache, store, timelines.keys, cap, fresh=timelines.fresh
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
         heal_s = timelines.settings.heal_s
