@@ -16,17 +16,24 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from timeline_fanout.api.consumer_lag import ConsumerLag
 from timeline_fanout.graph.lists.counts import CountSource
 from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
-from timeline_fanout.graph.model.edges import EdgeStore
+from timeline_fanout.graph.model.edges import EdgeGraph
 from timeline_fanout.graph.timelines.reader import TimelineReader
 from timeline_fanout.producers import EventPublisher
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class ThreadGraph(EdgeGraph, Protocol):
+    """A thread's edge store as its ``Backends`` use it: the graph, which the routes read
+    (users, known users, health), and ``close`` for the thread that owns it."""
+
+    def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -36,7 +43,7 @@ class Backends:
     ``counts`` where the store does not keep them. ``lag`` is the exception: one per process,
     shared by every thread (it locks)."""
 
-    store: EdgeStore
+    store: ThreadGraph
     timelines: TimelineReader
     counts: CountSource
     open_publisher: Callable[[], EventPublisher]

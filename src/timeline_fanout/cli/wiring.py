@@ -101,6 +101,7 @@ def celebrity_posts(settings: Settings, store: EdgeStore, timelines: CappedLists
         timelines.keys,
         settings.timeline_max,
         settings.celebrity_cache_s,
+        timelines.context.fresh,
     )
 
 

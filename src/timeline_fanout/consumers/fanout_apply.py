@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 from timeline_fanout.consumers.positions import OFFSET_BITS, Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
-from timeline_fanout.graph import EdgeStore, ListKind, ListRef, ShardedLists
+from timeline_fanout.graph import ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLists
 from timeline_fanout.graph.lists.tokens import token
-from timeline_fanout.graph.model.edges import PostRecord, PostRef
+from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostsAndCelebrities
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
@@ -67,7 +67,7 @@ class FanoutApplier:
 
     def __init__(
         self,
-        store: EdgeStore,
+        store: PostsAndCelebrities,
         follow_lists: ShardedLists,
         timelines: CappedLists,
         tasks: InternalPublisher,

@@ -40,7 +40,7 @@ from itertools import repeat
 
 from timeline_fanout.consumers.positions import Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
-from timeline_fanout.graph import EdgeChange, EdgeStore, ListKind, ListRef, ShardedLists
+from timeline_fanout.graph import EdgeChange, EdgeGraph, ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.counts import CountSource, list_counts
 from timeline_fanout.schemas import Follow, Unfollow, UserRemoved
 
@@ -72,7 +72,7 @@ class GraphApplier:
     accepted: tuple[type, ...] = GRAPH_EVENTS
 
     def __init__(
-        self, store: EdgeStore, lists: ShardedLists, counts: CountSource | None = None
+        self, store: EdgeGraph, lists: ShardedLists, counts: CountSource | None = None
     ) -> None:
         self.store = store
         self.lists = lists

@@ -9,10 +9,13 @@ package, which imports nothing of this one.
 from timeline_fanout.graph.lists.sharded import ShardedLists, sharded_lists
 from timeline_fanout.graph.lists.token_lists import ListSettings, ListWriteError
 from timeline_fanout.graph.model.edges import (
+    CelebrityRegistry,
     EdgeChange,
     EdgeCounts,
+    EdgeGraph,
     EdgeState,
     EdgeStore,
+    PostStore,
     RemovedUser,
     Snapshot,
 )
@@ -20,14 +23,17 @@ from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.open import open_edge_store
 
 __all__ = [
+    "CelebrityRegistry",
     "EdgeChange",
     "EdgeCounts",
+    "EdgeGraph",
     "EdgeState",
     "EdgeStore",
     "ListKind",
     "ListRef",
     "ListSettings",
     "ListWriteError",
+    "PostStore",
     "RemovedUser",
     "ShardedLists",
     "Snapshot",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
-from timeline_fanout.graph.model.edges import EdgeStore
+from timeline_fanout.graph.model.edges import GraphAndPosts
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader
 
@@ -42,7 +42,7 @@ class Report:
 
 class AntiEntropy:
     def __init__(
-        self, store: EdgeStore, reader: TimelineReader, cap: int, settle_s: float = 1.0
+        self, store: GraphAndPosts, reader: TimelineReader, cap: int, settle_s: float = 1.0
     ) -> None:
         self._store = store
         self._reader = reader

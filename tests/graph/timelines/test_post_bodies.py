@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Sequence
 import pytest
 
 from timeline_fanout.graph.model.edges import PostRecord, PostRef, StoredBodies
+from timeline_fanout.graph.model.fresh import Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.post_bodies import DELETED, PostBodies
@@ -207,17 +208,21 @@ def test_a_body_read_in_the_marks_own_multi_get_is_not_remembered(
     assert bodies.read(["ann!p1"], mark).texts == {"ann!p1": "other"}
 
 
-def test_a_known_text_is_read_again_once_its_heal_time_is_over(
+def test_a_known_text_is_served_until_its_heal_time_and_read_again_after_it(
     tmp_path: object, cache: MemcacheCluster, unique: str
 ) -> None:
     """As an item expires after ``heal_s``, so does what a process knows of it: a wrong text
-    written into an item (as nothing here writes) is not kept past that. ``heal_s=0``: every
-    text is over its time at once."""
+    written into an item (as nothing here writes) is not kept past that. The bodies' monotonic
+    clock is the test's, moved to either side of the deadline."""
+    now = [100.0]
     store = SqliteEdgeStore(f"{tmp_path}/edges.db")
-    bodies = PostBodies(cache, store, KeySpace(unique), 0)
+    bodies = PostBodies(cache, store, KeySpace(unique), 7, fresh=Fresh(monotonic=lambda: now[0]))
     bodies.store([PostRecord("ann", "p1", 5, "text")])
     found = marked(cache, bodies)
-    assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "text"}
+    assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "text"}  # known until 107
     cache.set_many(dict.fromkeys(bodies.keys(["ann!p1"]), b"tother"))
+    now[0] = 106.9
+    assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "text"}
+    now[0] = 107.0
     assert bodies.read(["ann!p1"], found).texts == {"ann!p1": "other"}
     store.close()

@@ -2,7 +2,7 @@
 
 A page of a list shows its count (api/routes/users.py), so the count must cost what a small
 list's page costs. The SQLite store keeps counts in the edge's own transaction
-(``EdgeStore.counts_kept``): it is asked directly (``KeptCounts``). The Mongo store counts the
+(``EdgeGraph.counts_kept``): it is asked directly (``KeptCounts``). The Mongo store counts the
 index of active edges, which costs as much as the list is long, and cannot keep a count beside
 an edge without a transaction; so its counts are cached (``CachedCounts``): one memcached item
 per user, ``{ns}|ct|{user}`` = ``c <followers> <following>``, or ``~`` while a reader fills it.
@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
 from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
-from timeline_fanout.graph.model.edges import EdgeCounts, EdgeStore
+from timeline_fanout.graph.model.edges import EdgeCounts, EdgeGraph
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
@@ -65,7 +65,7 @@ class CountSource(Protocol):
 class KeptCounts:
     """The store keeps its counts: asked directly, nothing to tell."""
 
-    def __init__(self, store: EdgeStore) -> None:
+    def __init__(self, store: EdgeGraph) -> None:
         self._store = store
 
     def counts(self, user: str) -> EdgeCounts:
@@ -88,7 +88,7 @@ class CachedCounts:
     def __init__(
         self,
         cache: Cache,
-        store: EdgeStore,
+        store: EdgeGraph,
         keys: KeySpace,
         heal_s: int,
         recount_s: int = RECOUNT_S,
@@ -167,7 +167,7 @@ def _parse(value: bytes) -> Cached | None:
     return Cached(EdgeCounts(int(parts[1]), int(parts[2])), len(base) != len(value))
 
 
-def list_counts(store: EdgeStore, lists: TokenLists[ListLayout]) -> CountSource:
+def list_counts(store: EdgeGraph, lists: TokenLists[ListLayout]) -> CountSource:
     """The store itself where it keeps counts, else its counts cached beside ``lists`` (same
     servers, namespace and expiry)."""
     if store.counts_kept:

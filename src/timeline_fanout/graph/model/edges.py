@@ -12,6 +12,9 @@ switches off only the user's active edges, so a tombstone already there keeps it
 (older) position, and which of an unfollow and a removal switched an edge off can depend on
 arrival order. In a MongoDB store with a separate ``following`` collection the two copies of
 an edge can likewise end off at different positions. Neither changes whether an edge is active.
+
+The contract is split into roles (``EdgeGraph``, ``PostStore``, ``CelebrityRegistry``), and each
+caller takes the role or roles it uses; ``EdgeStore`` is all of them and ``close``.
 """
 
 from __future__ import annotations
@@ -127,7 +130,13 @@ def prepare(
     ]
 
 
-class EdgeStore(Protocol):
+class EdgeGraph(Protocol):
+    """The follower graph: edges with their positions, their counts, removed users and who is
+    known. A role of the store because most of its callers need the graph and nothing else:
+    the graph consumer writes it (consumers/graph_apply.py), the counts are read from it
+    (graph/lists/counts.py) and the read API pages it (api/routes/users.py, known.py); the
+    timelines' regeneration and anti-entropy read it beside the posts (``GraphAndPosts``)."""
+
     # Whether ``counts`` is one lookup (kept as edges change state) or a count of the edges,
     # which then needs a cache in front of it (graph/lists/counts.py).
     counts_kept: bool
@@ -185,6 +194,16 @@ class EdgeStore(Protocol):
         (404) from a known one with nothing yet (an empty list) at the read API."""
         ...
 
+    def all_members(self, ref: ListRef) -> list[str]: ...
+
+
+class PostStore(Protocol):
+    """Posts, their texts and their tombstones. A role of the store because the post bodies and
+    the author pages (graph/timelines/post_bodies.py, author_pages.py) need the posts and
+    nothing else; the timelines' regeneration reads them beside the graph (``GraphAndPosts``),
+    the fan-out consumer and the celebrities' cached posts beside the celebrities
+    (``PostsAndCelebrities``)."""
+
     def store_posts(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
         """Idempotent: storing a post again changes nothing. Returns each live post as stored:
         the first one stored wins (time and text), so a post published twice with a new
@@ -219,13 +238,34 @@ class EdgeStore(Protocol):
         number of posts."""
         ...
 
+
+class CelebrityRegistry(Protocol):
+    """Who is a celebrity. A role of the store because it is read and written only beside the
+    posts (``PostsAndCelebrities``): the fan-out consumer records celebrities
+    (consumers/fanout_apply.py) and the celebrities' cached posts are built from them
+    (graph/timelines/celebrity_posts.py)."""
+
     def add_celebrities(self, users: Iterable[str]) -> None:
         """Authors whose posts are merged at read time instead of fanned out (sticky)."""
         ...
 
     def celebrities(self) -> set[str]: ...
 
-    def all_members(self, ref: ListRef) -> list[str]: ...
+
+class GraphAndPosts(EdgeGraph, PostStore, Protocol):
+    """What a timeline is built from: a user's followees and their recent posts
+    (graph/timelines/reader.py's ``TimelineSource``, graph/anti_entropy.py)."""
+
+
+class PostsAndCelebrities(PostStore, CelebrityRegistry, Protocol):
+    """Posts and who is a celebrity: what the fan-out consumer writes
+    (consumers/fanout_apply.py) and a timeline reader's celebrities' posts and texts are read
+    from (graph/timelines/celebrity_posts.py, reader.py)."""
+
+
+class EdgeStore(EdgeGraph, PostStore, CelebrityRegistry, Protocol):
+    """The whole store, as the SQLite and MongoDB stores implement it and the CLI's wiring
+    opens it (cli/wiring.py): every role, and ``close``."""
 
     def close(self) -> None: ...
 

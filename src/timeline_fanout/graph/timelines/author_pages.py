@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from timeline_fanout.graph.model.edges import EdgeStore, PostKey, PostRecord
+from timeline_fanout.graph.model.edges import PostKey, PostRecord, PostStore
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
@@ -86,7 +86,7 @@ class AuthorPages:
     """Not thread-safe: one per thread or task (as the cache client)."""
 
     def __init__(
-        self, cache: Cache, store: EdgeStore, keys: KeySpace, bodies: PostBodies, heal_s: int
+        self, cache: Cache, store: PostStore, keys: KeySpace, bodies: PostBodies, heal_s: int
     ) -> None:
         self._cache = cache
         self._store = store

@@ -39,11 +39,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from timeline_fanout.graph.model.edges import EdgeStore
+from timeline_fanout.graph.model.edges import PostsAndCelebrities
+from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.memcache import Item, Outcome
@@ -75,16 +75,20 @@ class CelebrityPosts:
     def __init__(
         self,
         cache: Cache,
-        store: EdgeStore,
+        store: PostsAndCelebrities,
         keys: KeySpace,
         cap: int,
         ttl_s: int = DEFAULT_TTL_S,
+        fresh: Fresh = SYSTEM,
     ) -> None:
+        """``fresh``: the monotonic clock items' deadlines are read from
+        (graph/model/fresh.py)."""
         self._cache = cache
         self._store = store
         self._keys = keys
         self._cap = cap
         self.ttl_s = ttl_s
+        self._fresh = fresh
         self.set_keys = keys.copies("celebrities")
         self._warned_too_large = False
 
@@ -99,13 +103,13 @@ class CelebrityPosts:
     def _expiry(self) -> float:
         """Taken before the store read an item is built from (see the staleness bound): a
         deadline on this process's monotonic clock."""
-        return time.monotonic() + self.ttl_s
+        return self._fresh.monotonic() + self.ttl_s
 
     def _write(self, add: bool, values: Mapping[bytes, bytes], deadline: float) -> None:
         """ADD (a reader's rebuild) or SET (the consumer's refresh) with the time left before
         ``deadline``, rounded up to whole seconds, as a relative expiry; nothing if none is left
         (an expiry of 0 would mean never)."""
-        left = deadline - time.monotonic()
+        left = deadline - self._fresh.monotonic()
         if left <= 0 or not values:
             return
         write = self._cache.add_many if add else self._cache.set_many

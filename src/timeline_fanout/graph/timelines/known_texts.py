@@ -14,7 +14,7 @@ from collections.abc import Mapping
 # KNOWN_MAX texts at most (emptied when full): ~25 MiB at 140-character texts.
 KNOWN_MAX = 65536
 
-# (the deletion mark read before the text, the ``time.monotonic`` it is read again after, text)
+# (the deletion mark read before the text, the ``Fresh.monotonic`` it is read again after, text)
 Known = tuple[bytes, float, str | None]
 
 

@@ -8,7 +8,7 @@ the entries it would show; an entry whose item says deleted is skipped and the w
 (graph/timelines/reader.py), whichever timeline, celebrity item or late delivery brought it.
 
 **Why a deleted post is never shown again.** The store's tombstone is permanent
-(``EdgeStore.delete_posts``) and is written before the consumer SETs the item to ``x``
+(``PostStore.delete_posts``) and is written before the consumer SETs the item to ``x``
 (consumers/fanout_apply.py). An item holds a live text only if a reader put it there, and a
 reader puts it only by CAS over the ``~`` it saw with ``gets`` *before* its store read. Take a
 deletion whose SET lands at time s, and a reader whose CAS of a live text succeeds after s: its
@@ -60,13 +60,12 @@ not one per post.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import NamedTuple
 
-from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
+from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostStore
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.known_texts import Known, KnownTexts
@@ -150,7 +149,7 @@ class PostBodies:
     def __init__(
         self,
         cache: Cache,
-        store: EdgeStore,
+        store: PostStore,
         keys: KeySpace,
         heal_s: int,
         known: KnownTexts | None = None,
@@ -158,7 +157,7 @@ class PostBodies:
     ) -> None:
         """``known``: the texts known under a deletion mark, shared by the process's bodies
         (graph/timelines/known_texts.py); one of its own if None. ``fresh``: where the mark's
-        values come from (graph/model/fresh.py)."""
+        values and the known texts' clock come from (graph/model/fresh.py)."""
         self._cache = cache
         self._store = store
         self._keys = keys
@@ -203,7 +202,7 @@ class PostBodies:
         unread: dict[bytes, str] = {}
         mark = self._mark(found)
         known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (self._known.texts, mark.value)
-        now = time.monotonic()
+        now = self._fresh.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
             if item is not None and self._take(bodies, post, item.value):
@@ -265,7 +264,7 @@ class PostBodies:
             self._cache.cas_many(writes, self._expire)  # failed: someone wrote since; theirs stands
 
     def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
-        """``EdgeStore.store_posts`` inside the fence, so that the posts' items are live before
+        """``PostStore.store_posts`` inside the fence, so that the posts' items are live before
         the first page shows them (no reader has to fill them): ``~`` ADDed where an item is
         missing, every item read with ``gets``, the store written and its answer (the texts
         stored first; nothing for a deleted post) CAS'd over the items that were not filled

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from timeline_fanout.graph.lists.capped import CappedLists
 from timeline_fanout.graph.lists.sharded import ShardedLists
 from timeline_fanout.graph.lists.tokens import CorruptList, CorruptMember
-from timeline_fanout.graph.model.edges import EdgeStore, Snapshot
+from timeline_fanout.graph.model.edges import GraphAndPosts, PostsAndCelebrities, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
@@ -71,7 +71,7 @@ class Walked(NamedTuple):
 class TimelineSource:
     """What a missing timeline is regenerated from: recent posts of the user's followees."""
 
-    def __init__(self, store: EdgeStore, cap: int) -> None:
+    def __init__(self, store: GraphAndPosts, cap: int) -> None:
         self._store = store
         self._cap = cap
 
@@ -88,7 +88,7 @@ class TimelineReader:
 
     def __init__(
         self,
-        store: EdgeStore,
+        store: PostsAndCelebrities,
         follow_lists: ShardedLists,
         timelines: CappedLists,
         cap: int,
@@ -98,12 +98,14 @@ class TimelineReader:
     ) -> None:
         """``memory`` and ``known`` (the post texts known under a deletion mark,
         graph/timelines/known_texts.py): shared by the readers of a process; their own if None.
-        Deletion marks are made with the timelines' ``fresh`` (graph/model/fresh.py)."""
+        Deletion marks are made, and the deadlines of known texts and (unless
+        ``celebrity_posts`` is given) of celebrity items read, with the timelines' ``fresh``
+        (graph/model/fresh.py)."""
         self.follow_lists = follow_lists
         self.timelines = timelines
         self._cap = cap
         self.celebrity_posts = celebrity_posts or CelebrityPosts(
-            timelines.cache, store, timelines.keys, cap
+            timelines.cache, store, timelines.keys, cap, fresh=timelines.context.fresh
         )
         self.fetcher = TimelineFetch(follow_lists, timelines, self.celebrity_posts, memory)
         heal_s = timelines.settings.heal_s
