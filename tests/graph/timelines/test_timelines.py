@@ -227,6 +227,35 @@ def test_readers_sharing_a_memory_use_each_others_last_read(
     assert s.cache.calls == {"gets_many": 1}  # the remembered batch; the text is known
 
 
+def test_readers_asking_different_copies_of_the_deletion_mark_keep_each_others_texts(
+    setup: Setup,
+) -> None:
+    """Two readers whose first multi-GETs ask copies of the mark holding different values (each
+    ADDed fresh): once each has read the texts under its own copy, neither reads them again,
+    however their reads alternate."""
+    s = setup
+    keys = s.timelines.keys
+    me = "me"
+    you = next(
+        u
+        for u in (f"you{i}" for i in range(64))
+        if keys.copy_for("deletions", u) != keys.copy_for("deletions", me)
+    )
+    for reader in (me, you):
+        s.follow(reader, "a")
+    posts = [s.post("a", f"p{i}", 1000 + i, [me, you]) for i in range(5)]
+    for _ in range(2):  # cold, then remembered with the mark copy each ADDed
+        for reader in (me, you):
+            assert s.reader.read(reader) == posts[::-1]
+    marks = s.cache.get_many([keys.copy_for("deletions", u) for u in (me, you)])
+    assert len(set(marks.values())) == 2
+    reset(s)
+    for _ in range(3):
+        for reader in (me, you):
+            assert s.reader.read(reader) == posts[::-1]
+    assert s.cache.calls == {"gets_many": 6}  # one batch a read: every text known
+
+
 def model_view(
     followees: set[str], delivered: list[TimelineEntry], celebrity: list[TimelineEntry], cap: int
 ) -> list[TimelineEntry]:

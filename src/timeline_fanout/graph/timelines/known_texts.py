@@ -5,35 +5,60 @@ and is never a post deleted before that read began, is argued in graph/timelines
 This is the memory itself. The product keeps one per process (cli/wiring.py), shared by its
 ``PostBodies``, so that a text one thread read saves the others reading it; whoever needs reads
 that owe nothing to earlier ones (a test, each explorer run) gives its bodies a new one.
+
+A text is known under each mark it was read after, not only the last: readers ask different
+copies of the mark (one of ``ITEM_COPIES`` by a hash of the reader), and the copies hold
+different values (each ADDed fresh when absent, each SET fresh by a deletion). Keeping one mark
+per text made the readers of two copies forget each other's texts at every read, so every page
+read its bodies again. The argument holds mark by mark, so a text known under several is shown
+to a read that found any one of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-# KNOWN_MAX texts at most (emptied when full): ~25 MiB at 140-character texts.
+from timeline_fanout.graph.model.keys import ITEM_COPIES
+
+# KNOWN_MAX texts at most (emptied when full): ~25 MiB at 140-character texts, plus the marks.
 KNOWN_MAX = 65536
+# Marks kept per text: one per copy of the mark; a text read under one more starts afresh
+# (the older marks are those of copies that changed since).
+MARKS_PER_TEXT = ITEM_COPIES
 
-# (the deletion mark read before the text, the ``Fresh.monotonic`` it is read again after, text)
-Known = tuple[bytes, float, str | None]
+
+@dataclass(slots=True)
+class KnownText:
+    """A live text and the marks it is known under, each with the ``Fresh.monotonic`` time
+    after which it is read again."""
+
+    text: str | None
+    marks: dict[bytes, float] = field(default_factory=dict)
 
 
 class KnownTexts:
-    """Live texts by body key, each with the mark it is known under and until when. Safe to
-    share between threads: a lookup and a store are one dict operation each, and emptying it
-    when full only loses knowledge (a lost text is read from its item again)."""
+    """Live texts by body key. Safe to share between threads: a lookup and a store are one
+    dict operation each, and emptying it when full only loses knowledge (a lost text is read
+    from its item again)."""
 
     def __init__(self) -> None:
-        self._texts: dict[bytes, Known] = {}
+        self._texts: dict[bytes, KnownText] = {}
 
-    @property
-    def texts(self) -> Mapping[bytes, Known]:
-        return self._texts
+    def get(self, key: bytes, mark: bytes, now: float) -> KnownText | None:
+        """The text of body ``key`` if it is known under ``mark`` until after ``now``."""
+        known = self._texts.get(key)
+        if known is None or known.marks.get(mark, 0.0) <= now:
+            return None
+        return known
 
-    def remember(self, texts: Mapping[bytes, str | None], mark: bytes, until: float) -> None:
+    def remember(self, texts: dict[bytes, str | None], mark: bytes, until: float) -> None:
         """``texts`` (by body key) read live after a first multi-GET that found ``mark``, to be
         used by reads that find ``mark`` until ``until``."""
         if len(self._texts) + len(texts) > KNOWN_MAX:
             self._texts.clear()
         for key, text in texts.items():
-            self._texts[key] = (mark, until, text)
+            known = self._texts.get(key)
+            if known is None or known.text != text or len(known.marks) >= MARKS_PER_TEXT:
+                self._texts[key] = KnownText(text, {mark: until})
+            else:
+                known.marks[mark] = until

@@ -39,18 +39,19 @@ costs every kept page one walk.
 **Texts known under a mark.** Texts never change (a post published again keeps the first text,
 ``store_posts``), so an item once live stays right until the deletion rewrites it, and the
 deletion then changes the mark. So a body read live by the multi-GET ``read`` sends, after a
-first multi-GET that found the mark at M, is remembered in the process with M
-(graph/timelines/known_texts.py), and a later read whose first multi-GET finds the mark at M
-takes the text from there without reading the item. Why that is never a post deleted before the
-later read began: take a deletion D of the post. Its ``x`` came after the remembered body read
-(which found the post live; after the ``x`` an item never says live, above), so D's mark SET
-came after that read's mark read, which found M; from then on the mark holds D's value, a later
-one, or none, never M again. A read that found M had its first multi-GET before D's mark SET, so
-before D was applied: the page memo's argument (graph/timelines/page_memo.py), post by post.
-Only bodies read after the mark are remembered: a body in ``found`` itself came from the same
-multi-GET as the mark, in no known order. A text is read again ``heal_s`` after it was
-remembered, as an item expires: whatever wrote a wrong text into an item is gone from every
-process as from memcached (docs/guarantees.md, bounded self-healing).
+first multi-GET that found the mark at M, is remembered in the process with M (with each mark it
+was read after: graph/timelines/known_texts.py), and a later read whose first multi-GET finds
+the mark at M takes the text from there without reading the item. Why that is never a post
+deleted before the later read began: take a deletion D of the post. Its ``x`` came after the
+remembered body read (which found the post live; after the ``x`` an item never says live,
+above), so D's mark SET came after that read's mark read, which found M; from then on the mark
+holds D's value, a later one, or none, never M again. A read that found M had its first
+multi-GET before D's mark SET, so before D was applied: the page memo's argument
+(graph/timelines/page_memo.py), post by post. Only bodies read after the mark are remembered: a
+body in ``found`` itself came from the same multi-GET as the mark, in no known order. A text is
+read again ``heal_s`` after it was remembered, as an item expires: whatever wrote a wrong text
+into an item is gone from every process as from memcached (docs/guarantees.md, bounded
+self-healing).
 
 Items expire after ``heal_s``, as every cached item does (docs/guarantees.md, bounded
 self-healing); an expired or evicted item is filled again from the store, one query per page,
@@ -68,7 +69,7 @@ from typing import NamedTuple
 from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostStore
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
-from timeline_fanout.graph.timelines.known_texts import Known, KnownTexts
+from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
@@ -201,22 +202,21 @@ class PostBodies:
         bodies = Bodies()
         unread: dict[bytes, str] = {}
         mark = self._mark(found)
-        known, stamp = (_NOTHING_KNOWN, b"") if mark is None else (self._known.texts, mark.value)
         now = self._fresh.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
             if item is not None and self._take(bodies, post, item.value):
                 continue
-            seen = known.get(key)
-            if seen is not None and seen[0] == stamp and seen[1] > now:
-                bodies.texts[post] = seen[2]
+            seen = None if mark is None else self._known.get(key, mark.value, now)
+            if seen is not None:
+                bodies.texts[post] = seen.text
             else:
                 unread[key] = post
         if not unread:
             return bodies
         got = self._cache.gets_many(list(unread))
         if mark is not None:
-            self._known.remember(_live_texts(got), stamp, now + self._expire)
+            self._known.remember(_live_texts(got), mark.value, now + self._expire)
         empty = [k for k in unread if k not in got]
         # Items on an unavailable server are answered from the store and not filled.
         fillable = list(compress(empty, self._cache.available(empty))) if empty else []
@@ -310,9 +310,6 @@ class PostBodies:
     def _fresh_mark(self) -> bytes:
         """Never a value the mark held before: 96 random bits."""
         return self._fresh.hex(12)
-
-
-_NOTHING_KNOWN: Mapping[bytes, Known] = {}
 
 
 def _live_texts(got: Mapping[bytes, Item]) -> dict[bytes, str | None]:
