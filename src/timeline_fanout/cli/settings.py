@@ -128,6 +128,13 @@ class Settings(BaseSettings):
         0.5, gt=0, le=1, description="compact when dead tokens exceed this share of tokens"
     )
     list_dirty_min: int = Field(64, ge=0, description="never compact below this many dead tokens")
+    list_build_wait_s: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="a reader that finds a list another client is building reads its head again "
+        "this often, 50 times at most, then answers from the edge store",
+    )
     list_compact_write_prob: float = Field(
         0.01,
         ge=0,

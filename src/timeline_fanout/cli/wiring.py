@@ -55,6 +55,7 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
         namespace=settings.cache_prefix,
         heal_s=settings.cache_heal_s,
         max_members=cap,
+        build_wait_s=settings.list_build_wait_s,
     )
 
 

@@ -17,12 +17,11 @@ import pytest
 import uvloop
 
 from tests.conftest import Refused
-from tests.graph.timelines.warm_pair import Pair, shown, writes
+from tests.graph.timelines.warm_pair import Pair, make_pair, shown, writes
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.consumers.positions import Origin, Positioned
 from timeline_fanout.graph import ListKind, ListRef
-from timeline_fanout.graph.lists import token_lists
 from timeline_fanout.graph.lists.fencing import index_marker, new_generation, timeline_marker
 from timeline_fanout.graph.model.fresh import Fresh
 from timeline_fanout.graph.timelines.fetch import ReadMemory
@@ -113,10 +112,21 @@ def test_an_absent_timeline_is_none_and_written_by_the_blocking_read_only(
 
 @pytest.mark.parametrize("which", ["following", "timeline"])
 def test_a_list_being_built_is_none_at_once(
-    pair: Pair, cache: MemcacheCluster, monkeypatch: pytest.MonkeyPatch, which: str
+    settings: Settings, multi_gets: list[list[bytes]], cache: MemcacheCluster, which: str
 ) -> None:
-    """The blocking read would wait for the builder (``BUILD_WAIT_S`` a round, made long
+    """The blocking read would wait for the builder (``list_build_wait_s`` a round, made long
     here); the warm read must refuse instead of sleeping on the event loop."""
+    wait_s = 1.0
+    pair = make_pair(settings.model_copy(update={"list_build_wait_s": wait_s}), multi_gets)
+    try:
+        _none_at_once_while_built(pair, cache, which, wait_s)
+    finally:
+        pair.close()
+
+
+def _none_at_once_while_built(
+    pair: Pair, cache: MemcacheCluster, which: str, wait_s: float
+) -> None:
     warmed(pair)
     gen = new_generation(60, Fresh())
     key, marker = (
@@ -125,13 +135,10 @@ def test_a_list_being_built_is_none_at_once(
         else (pair.timeline_key("me"), timeline_marker(gen))
     )
     cache.set_many({key: marker}, expire=60)
-    wait_s = 4.0
-    monkeypatch.setattr(token_lists, "BUILD_WAIT_S", wait_s)
     started = time.monotonic()
     assert_none_and_nothing_written(pair)
     assert time.monotonic() - started < wait_s / 2  # never slept a round
     assert cache.get_many([key]) == {key: marker}
-    monkeypatch.undo()
     cache.delete_many([key])  # the builder gave up: the next reader builds it
     healed = pair.blocking.page("me")
     assert len(healed.entries) == 6

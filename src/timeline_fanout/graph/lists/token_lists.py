@@ -46,10 +46,10 @@ __all__ = [
 ]
 
 MAX_WRITE_ATTEMPTS = 8
-# A reader that finds a list being built by someone else polls its head this many times, this
-# far apart, then reads the store itself rather than wait longer (and rather than stampede it).
+# A reader that finds a list being built by someone else polls its head this many times
+# (``ListSettings.build_wait_s`` apart), then reads the store itself rather than wait longer (and
+# rather than stampede it).
 BUILD_WAIT_ROUNDS = 50
-BUILD_WAIT_S = 0.01
 
 
 @dataclass
@@ -89,6 +89,8 @@ class ListSettings:
     # A rebuild's claim lives this long unless committed: the bound on how long a crashed
     # rebuild blocks anybody (writers never wait; readers wait a little, then read the store).
     lease_s: int = 60
+    # How long a reader waits before reading again the head of a list another client builds.
+    build_wait_s: float = 0.01
 
 
 @dataclass(slots=True)
@@ -314,7 +316,7 @@ class TokenLists(Generic[L]):
                 self.stats.build_waits += 1
                 if attempt >= BUILD_WAIT_ROUNDS:
                     break
-                self.cache.wait(BUILD_WAIT_S)
+                self.cache.wait(self.settings.build_wait_s)
             if todo:
                 self.stats.retries += 1
         for ref in todo:  # still not readable from the cache: the store is the answer
