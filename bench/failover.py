@@ -25,8 +25,10 @@ from pathlib import Path
 
 from bench.report import Report, percentiles
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists
-from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
+from timeline_fanout.graph import ListSettings, ShardedLists
+from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
@@ -138,9 +140,9 @@ def run(settings: Settings, report: Report) -> None:
         trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
         counted = CountedStore(store)
         cache = MemcacheCluster(addresses, trust=trust)
-        lists = sharded_lists(cache, counted, ListSettings(namespace="bfo"))
+        lists = TokenLists(ShardedLayout, cache, counted, ListSettings(namespace="bfo"))
         capped = ListSettings(namespace="bfo", max_members=CAP)
-        timelines = capped_lists(cache, TimelineSource(store, CAP), capped)
+        timelines = TokenLists(CappedLayout, cache, TimelineSource(store, CAP), capped)
         load = Load(users, store, lists, timelines)
         load.write(10 * users)
         kinds = (ListKind.FOLLOWERS, ListKind.FOLLOWING)

@@ -30,7 +30,9 @@ _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 
 from timeline_fanout.cli.settings import Settings, environment  # noqa: E402
-from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists  # noqa: E402
+from timeline_fanout.graph import ListSettings, ShardedLists  # noqa: E402
+from timeline_fanout.graph.lists.sharded import ShardedLayout  # noqa: E402
+from timeline_fanout.graph.lists.token_lists import TokenLists  # noqa: E402
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore  # noqa: E402
 from timeline_fanout.memcache import MemcacheCluster  # noqa: E402
 from timeline_fanout.producers import create_topics  # noqa: E402
@@ -147,7 +149,8 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteEdgeStore]:
 
 @pytest.fixture
 def lists(cache: MemcacheCluster, sqlite_store: SqliteEdgeStore, unique: str) -> ShardedLists:
-    return sharded_lists(
+    return TokenLists(
+        ShardedLayout,
         cache,
         sqlite_store,
         ListSettings(shard_bytes=128, dirty_min=4, namespace=unique, compact_write_prob=0),

@@ -16,9 +16,10 @@ from timeline_fanout.graph import (
     ListKind,
     ListRef,
     ListSettings,
-    sharded_lists,
 )
-from timeline_fanout.graph.lists.capped import capped_lists
+from timeline_fanout.graph.lists.capped import CappedLayout
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.model.edges import PostRecord
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
@@ -57,8 +58,8 @@ def appliers(
     settings = ListSettings(namespace=unique, shard_bytes=128, compact_write_prob=0)
     second = SqliteEdgeStore(tmp_path / "edges.db")
     yield (
-        GraphApplier(sqlite_store, sharded_lists(cache, sqlite_store, settings)),
-        GraphApplier(second, sharded_lists(cache, second, settings)),
+        GraphApplier(sqlite_store, TokenLists(ShardedLayout, cache, sqlite_store, settings)),
+        GraphApplier(second, TokenLists(ShardedLayout, cache, second, settings)),
     )
     second.close()
 
@@ -162,7 +163,7 @@ def test_a_follow_backfills_the_followers_cached_timeline(
     store = a.store
     store.store_posts([PostRecord("author", "p1", 1000), PostRecord("other", "p2", 2000)])
     settings = ListSettings(namespace=unique, max_members=50, compact_write_prob=0)
-    timelines = capped_lists(cache, TimelineSource(store, 50), settings)
+    timelines = TokenLists(CappedLayout, cache, TimelineSource(store, 50), settings)
     reader = TimelineReader(store, a.lists, timelines, 50)
     a.apply([follow("f", "other", 1)])
     assert [e.post_id for e in reader.read("f")] == ["p2"]  # cached now

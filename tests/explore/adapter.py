@@ -48,8 +48,8 @@ from timeline_fanout.consumers.graph_apply import GraphApplier
 from timeline_fanout.consumers.positions import OFFSET_BITS, Origin, Positioned, position
 from timeline_fanout.graph import lists as graph_lists
 from timeline_fanout.graph.failures import Failure as FailureClass
-from timeline_fanout.graph.lists.capped import capped_lists
-from timeline_fanout.graph.lists.sharded import sharded_lists
+from timeline_fanout.graph.lists.capped import CappedLayout
+from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import ListSettings, TokenLists
 from timeline_fanout.graph.model.edges import (
     EdgeChange,
@@ -88,9 +88,9 @@ __all__ = [
 PROJECT_API = (
     "MemcacheCluster(servers) and its batch methods (Outcome results, Item from gets_many)",
     "SqliteEdgeStore(path), EdgeStore.all_members/snapshot/apply/positions/remove_user",
-    "sharded_lists/capped_lists(cache, source, ListSettings(lease_s), rng=rng, fresh=Fresh(clock, "
-    "token_hex)): read_many, invalidate, rebuild_many; cache.wait (a reader waiting for "
-    "another client's build)",
+    "TokenLists(ShardedLayout or CappedLayout, cache, source, ListSettings(lease_s), rng=rng, "
+    "fresh=Fresh(clock, token_hex)): read_many, invalidate, rebuild_many; cache.wait (a reader "
+    "waiting for another client's build)",
     "timeline_fanout.graph.lists.fencing BUILDING and generations (deadline, then 8 hex digits); "
     "graph.model.keys.SEP",
     "PostBodies(cache, store, keys, heal_s, KnownTexts, Fresh); TimelineReader(..., known)",
@@ -420,9 +420,11 @@ class Process:
             max_members=knobs.cap,
             lease_s=LEASE_S,
         )
-        self.lists = sharded_lists(cache, store, settings, rng=rng, fresh=world.fresh)
+        self.lists = TokenLists(ShardedLayout, cache, store, settings, rng=rng, fresh=world.fresh)
         self.source = TimelineSource(store, knobs.cap)
-        self.timelines = capped_lists(cache, self.source, capped, rng=rng, fresh=world.fresh)
+        self.timelines = TokenLists(
+            CappedLayout, cache, self.source, capped, rng=rng, fresh=world.fresh
+        )
         self.graph = GraphApplier(store, self.lists)
         # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
         # must not expire by the wall clock, or a seed would not replay.

@@ -17,11 +17,11 @@ from timeline_fanout.graph import (
     ListSettings,
     ShardedLists,
     open_edge_store,
-    sharded_lists,
 )
-from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
+from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
+from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.shared_reads import SharedReads
-from timeline_fanout.graph.lists.token_lists import ListStats
+from timeline_fanout.graph.lists.token_lists import ListStats, TokenLists
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
@@ -84,7 +84,7 @@ def list_store(
     """Follower and following lists (on a cluster of their own unless ``cache`` is given;
     ``shared``: store reads shared with the process's other threads)."""
     cache = cache or cache_cluster(settings)
-    return sharded_lists(cache, store, _list_settings(settings), shared=shared)
+    return TokenLists(ShardedLayout, cache, store, _list_settings(settings), shared=shared)
 
 
 def timeline_store(
@@ -92,7 +92,7 @@ def timeline_store(
 ) -> CappedLists:
     source = TimelineSource(store, settings.timeline_max)
     list_settings = _list_settings(settings, cap=settings.timeline_max)
-    return capped_lists(cache, source, list_settings, shared=shared)
+    return TokenLists(CappedLayout, cache, source, list_settings, shared=shared)
 
 
 def celebrity_posts(settings: Settings, store: EdgeStore, timelines: CappedLists) -> CelebrityPosts:

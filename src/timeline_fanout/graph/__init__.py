@@ -6,7 +6,7 @@ build on `model`; `timelines` on `lists` and `model`. The memcached client is th
 package, which imports nothing of this one.
 """
 
-from timeline_fanout.graph.lists.sharded import ShardedLists, sharded_lists
+from timeline_fanout.graph.lists.sharded import ShardedLists
 from timeline_fanout.graph.lists.token_lists import ListSettings, ListWriteError
 from timeline_fanout.graph.model.edges import (
     CelebrityRegistry,
@@ -38,5 +38,4 @@ __all__ = [
     "ShardedLists",
     "Snapshot",
     "open_edge_store",
-    "sharded_lists",
 ]

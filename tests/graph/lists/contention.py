@@ -14,9 +14,9 @@ from timeline_fanout.graph import (
     ListRef,
     ListSettings,
     ShardedLists,
-    sharded_lists,
 )
-from timeline_fanout.graph.lists.token_lists import ListStats
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import ListStats, TokenLists
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache.cluster import MemcacheCluster
 
@@ -66,7 +66,9 @@ def contend(
     def writer(w: int) -> None:
         try:
             store = SqliteEdgeStore(db)
-            lists = sharded_lists(MemcacheCluster(servers), store, settings, rng=random.Random(w))
+            lists = TokenLists(
+                ShardedLayout, MemcacheCluster(servers), store, settings, rng=random.Random(w)
+            )
             rng = random.Random(w)
             for step in range(steps):
                 member = f"w{w}m{rng.randrange(6)}"
@@ -79,7 +81,9 @@ def contend(
 
     def reader() -> None:
         try:
-            lists = sharded_lists(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+            lists = TokenLists(
+                ShardedLayout, MemcacheCluster(servers), SqliteEdgeStore(db), settings
+            )
             while not stop.is_set():
                 lists.read(STAR)
             stats.append(lists.stats)
@@ -95,7 +99,7 @@ def contend(
     stop.set()
     for t in reading:
         t.join()
-    check = sharded_lists(MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+    check = TokenLists(ShardedLayout, MemcacheCluster(servers), SqliteEdgeStore(db), settings)
     return Contention(
         {m for m, on in final.items() if on},
         check.read(STAR),

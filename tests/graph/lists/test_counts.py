@@ -12,8 +12,10 @@ import pytest
 
 from tests.consumers.test_graph_apply import follow, removed, unfollow
 from timeline_fanout.consumers.graph_apply import GraphApplier
-from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists
+from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.counts import CachedCounts, CountSource, KeptCounts, list_counts
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.model.edges import EdgeCounts, EdgeStore
 from timeline_fanout.graph.stores.mongo import MongoEdgeStore
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -37,7 +39,9 @@ class RacedStore(SqliteEdgeStore):
 
 
 def lists_on(cache: MemcacheCluster, store: EdgeStore, namespace: str) -> ShardedLists:
-    return sharded_lists(cache, store, ListSettings(namespace=namespace, compact_write_prob=0))
+    return TokenLists(
+        ShardedLayout, cache, store, ListSettings(namespace=namespace, compact_write_prob=0)
+    )
 
 
 @pytest.fixture

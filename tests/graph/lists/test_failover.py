@@ -15,9 +15,11 @@ from typing import Any, cast
 
 import pytest
 
-from timeline_fanout.graph import ListSettings, ShardedLists, sharded_lists
-from timeline_fanout.graph.lists.capped import capped_lists
+from timeline_fanout.graph import ListSettings, ShardedLists
+from timeline_fanout.graph.lists.capped import CappedLayout
 from timeline_fanout.graph.lists.fencing import Index
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
 from timeline_fanout.graph.model.keys import ListKind, ListRef, counter_key, shard_key
@@ -44,7 +46,9 @@ def process(servers: list[Server], store: SqliteEdgeStore, namespace: str) -> Sh
     addresses = [address for _, address in servers]
     trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
     cache = MemcacheCluster(addresses, trust=trust)
-    return sharded_lists(cache, store, ListSettings(namespace=namespace, compact_write_prob=0.2))
+    return TokenLists(
+        ShardedLayout, cache, store, ListSettings(namespace=namespace, compact_write_prob=0.2)
+    )
 
 
 class Graph:
@@ -183,7 +187,7 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
     now = int(time.time() * 1000)
     settings = ListSettings(namespace=unique, max_members=800)
     writer_cache = process(three, sqlite_store, unique).cache
-    timelines = capped_lists(writer_cache, TimelineSource(sqlite_store, 800), settings)
+    timelines = TokenLists(CappedLayout, writer_cache, TimelineSource(sqlite_store, 800), settings)
     victim = three[0]
     name = f"{victim[1][0]}:{victim[1][1]}"
     user = next(
@@ -207,7 +211,8 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
     assert writer_cache.set_many({key: b"".join(old[:low])})[key] is Outcome.STORED
     fresh = TimelineEntry(now, "author", "fresh")
     sqlite_store.store_posts([PostRecord("author", "fresh", now, "hello")])
-    faulty = capped_lists(
+    faulty = TokenLists(
+        CappedLayout,
         cast(Cache, HangsWhenAskedWhetherItExists(writer_cache, victim[0])),
         TimelineSource(sqlite_store, 800),
         settings,
@@ -216,8 +221,11 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
         faulty.deliver([(token(True, fresh.member), [user])])
     finally:
         victim[0].send_signal(signal.SIGCONT)
-    reader = capped_lists(
-        process(three, sqlite_store, unique).cache, TimelineSource(sqlite_store, 800), settings
+    reader = TokenLists(
+        CappedLayout,
+        process(three, sqlite_store, unique).cache,
+        TimelineSource(sqlite_store, 800),
+        settings,
     )
     assert fresh.member in reader.read(ref)
 
@@ -255,7 +263,7 @@ def test_a_write_skipped_for_an_unusable_shard_counter_lands_when_the_head_chang
     victim = three[0]
     victim_name = f"{victim[1][0]}:{victim[1][1]}"
     writer_cache = process(three, sqlite_store, unique).cache
-    lists = sharded_lists(writer_cache, sqlite_store, ListSettings(namespace=unique))
+    lists = TokenLists(ShardedLayout, writer_cache, sqlite_store, ListSettings(namespace=unique))
     every_server = [b"k%d" % i for i in range(64)]
     for _ in range(50):  # until each server has an epoch (a lease after the first revocation)
         if all(writer_cache.available(every_server)):
@@ -292,7 +300,8 @@ def test_a_write_skipped_for_an_unusable_shard_counter_lands_when_the_head_chang
     writer_cache.get_many([counter])  # refused: the writer's process sees the server down
     assert writer_cache.available([counter]) == [False]
 
-    writer = sharded_lists(
+    writer = TokenLists(
+        ShardedLayout,
         cast(Cache, NamesAShardBeforeTheDrop(writer_cache, fresh)),
         sqlite_store,
         ListSettings(namespace=unique),

@@ -17,10 +17,11 @@ from timeline_fanout.graph import (
     ListRef,
     ListSettings,
     ShardedLists,
-    sharded_lists,
 )
-from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
+from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
 from timeline_fanout.graph.lists.fencing import Index
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import counter_key, shard_key
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -234,13 +235,15 @@ def test_an_invalidation_during_a_rebuild_makes_its_stale_commit_fail(
     """A rebuild that read the store before a change must not commit after the
     invalidation that followed the change."""
     settings = ListSettings(namespace=unique)
-    stale = sharded_lists(twin(cache), Frozen({"removed": 1}), settings)
+    stale = TokenLists(ShardedLayout, twin(cache), Frozen({"removed": 1}), settings)
     key = stale.index_key(STAR)
     gen = b"0badf00d"
     assert stale.layout.claim({key: gen}) == {key}
-    sharded_lists(cache, Frozen({}), settings).invalidate([STAR])  # the change's invalidation
+    TokenLists(ShardedLayout, cache, Frozen({}), settings).invalidate(
+        [STAR]
+    )  # the change's invalidation
     assert stale.layout.commit({key: (gen, Frozen({"removed": 1}).snapshot(STAR))}) == set()
-    assert sharded_lists(cache, Frozen({}), settings).read(STAR) == frozenset()
+    assert TokenLists(ShardedLayout, cache, Frozen({}), settings).read(STAR) == frozenset()
 
 
 def test_a_write_during_a_rebuild_lands_in_its_journal(
@@ -248,10 +251,10 @@ def test_a_write_during_a_rebuild_lands_in_its_journal(
 ) -> None:
     """The rebuild read the store before our write; our write must reach what it commits."""
     settings = ListSettings(namespace=unique, compact_write_prob=0)
-    rebuilder = sharded_lists(twin(cache), Frozen({"a": 1}), settings)
+    rebuilder = TokenLists(ShardedLayout, twin(cache), Frozen({"a": 1}), settings)
     key = rebuilder.index_key(STAR)
     assert rebuilder.layout.claim({key: b"00000001"}) == {key}
-    writer = sharded_lists(cache, sqlite_store, settings)
+    writer = TokenLists(ShardedLayout, cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
     writer.apply({STAR: [(True, "b", 2)]})
     assert writer.stats.skipped_absent == 0 and writer.stats.appends == 1
@@ -267,14 +270,14 @@ def test_a_lost_claim_cannot_commit(
     skips; the rebuild that missed that write must not commit. Nor may it disturb the claim
     that replaced its own."""
     settings = ListSettings(namespace=unique, compact_write_prob=0)
-    slow = sharded_lists(twin(cache), Frozen({"a": 1}), settings)
+    slow = TokenLists(ShardedLayout, twin(cache), Frozen({"a": 1}), settings)
     key = slow.index_key(STAR)
     assert slow.layout.claim({key: b"0000aaaa"}) == {key}
     cache.delete_many([key])  # eviction, a restart, or the lease running out
     if how == "expired and reclaimed":
-        other = sharded_lists(cache, sqlite_store, settings)
+        other = TokenLists(ShardedLayout, cache, sqlite_store, settings)
         assert other.layout.claim({key: b"0000bbbb"}) == {key}
-    writer = sharded_lists(cache, sqlite_store, settings)
+    writer = TokenLists(ShardedLayout, cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1), EdgeChange("b", "star", True, 2)])
     writer.apply({STAR: [(True, "b", 2)]})
     assert slow.layout.commit({key: (b"0000aaaa", Frozen({"a": 1}).snapshot(STAR))}) == set()
@@ -331,8 +334,8 @@ def test_a_herd_waits_for_the_rebuild_in_progress(
             herd_waiting.set()
             super().wait(seconds)
 
-    holder = sharded_lists(twin(cache), WaitsForTheHerd({"a": 1}), settings)
-    herd = sharded_lists(twin(cache, Waiting), Counting(), settings)
+    holder = TokenLists(ShardedLayout, twin(cache), WaitsForTheHerd({"a": 1}), settings)
+    herd = TokenLists(ShardedLayout, twin(cache, Waiting), Counting(), settings)
     key = holder.index_key(STAR)
     assert holder.layout.claim({key: b"00000123"}) == {key}
     finisher = threading.Thread(
@@ -366,7 +369,7 @@ def test_a_list_on_a_down_server_is_read_whole_from_the_store_and_a_lone_servers
     """Never a shorter list: a read goes around the server to the store; a write that nothing
     can record as missed (a lone server has no guard) is an error, so its batch is retried."""
     down = MemcacheCluster([refused.pair], timeout=0.5)
-    lists = sharded_lists(down, sqlite_store, ListSettings(namespace=unique))
+    lists = TokenLists(ShardedLayout, down, sqlite_store, ListSettings(namespace=unique))
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     assert lists.read(STAR) == {"a"}
     assert lists.stats.degraded_reads == 1
@@ -403,7 +406,7 @@ def test_writes_skip_absent_lists_and_readers_build_them(
     sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
 ) -> None:
     settings = ListSettings(namespace=unique, compact_write_prob=1.0)  # would read: must not
-    lazy = sharded_lists(cache, sqlite_store, settings)
+    lazy = TokenLists(ShardedLayout, cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     lazy.apply({STAR: [(True, "a", 1)]})
     assert lazy.stats.skipped_absent == 1 and lazy.stats.rebuilds == 0
@@ -420,7 +423,7 @@ def test_every_cached_item_expires_and_a_divergent_list_heals(
     """Bounded self-healing: heads expire within heal_s (readers never extend them), their
     parts after twice that, so whatever a hole leaves behind is gone by then."""
     settings = ListSettings(namespace=unique, heal_s=2, compact_write_prob=0)
-    lists = sharded_lists(cache, sqlite_store, settings)
+    lists = TokenLists(ShardedLayout, cache, sqlite_store, settings)
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     assert lists.read(STAR) == {"a"}
     head = lists.index_key(STAR)
@@ -447,19 +450,19 @@ class Nothing:
         return Snapshot([], None)
 
 
-def empty_capped_lists(
-    cache: MemcacheCluster, namespace: str, max_members: int, dirty_min: int
+def empty_TokenLists(
+    CappedLayout, cache: MemcacheCluster, namespace: str, max_members: int, dirty_min: int
 ) -> CappedLists:
     settings = ListSettings(
         namespace=namespace, max_members=max_members, dirty_min=dirty_min, compact_write_prob=0
     )
-    return capped_lists(cache, Nothing(), settings)
+    return TokenLists(CappedLayout, cache, Nothing(), settings)
 
 
 def test_capped_lists_live_in_one_item_and_keep_the_newest(
     cache: MemcacheCluster, unique: str
 ) -> None:
-    capped = empty_capped_lists(cache, unique, max_members=5, dirty_min=1)
+    capped = empty_TokenLists(CappedLayout, cache, unique, max_members=5, dirty_min=1)
     ref = ListRef(ListKind.TIMELINE, "reader")
     assert capped.read(ref) == frozenset()  # built (empty) by its reader
     capped.append_tokens({ref: b"".join(b"+%03d " % i for i in range(12))})
@@ -472,7 +475,7 @@ def test_capped_lists_live_in_one_item_and_keep_the_newest(
 def test_a_capped_list_too_big_for_an_item_is_trimmed_then_appended(
     cache: MemcacheCluster, unique: str
 ) -> None:
-    capped = empty_capped_lists(cache, unique, max_members=3, dirty_min=10**9)
+    capped = empty_TokenLists(CappedLayout, cache, unique, max_members=3, dirty_min=10**9)
     ref = ListRef(ListKind.TIMELINE, "reader")
     capped.read(ref)
     member = "m" * 60
@@ -489,7 +492,7 @@ def test_a_capped_list_too_big_for_an_item_is_trimmed_then_appended(
 def test_a_delivery_appends_to_present_timelines_and_skips_absent_ones(
     cache: MemcacheCluster, unique: str
 ) -> None:
-    capped = empty_capped_lists(cache, unique, max_members=10, dirty_min=10**9)
+    capped = empty_TokenLists(CappedLayout, cache, unique, max_members=10, dirty_min=10**9)
     present = ["a", "x:y", "b.c@d"]  # ids may hold ':' and other key-safe punctuation
     for user in present:
         capped.read(ListRef(ListKind.TIMELINE, user))
@@ -515,8 +518,8 @@ def test_a_delivery_during_a_timeline_rebuild_reaches_what_it_commits(
         def snapshot(self, ref: ListRef) -> Snapshot:
             return Snapshot(["old"], None)
 
-    rebuilder = capped_lists(twin(cache), Old(), settings)
-    deliverer = capped_lists(cache, Nothing(), settings)
+    rebuilder = TokenLists(CappedLayout, twin(cache), Old(), settings)
+    deliverer = TokenLists(CappedLayout, cache, Nothing(), settings)
     ref = ListRef(ListKind.TIMELINE, "reader")
     key = rebuilder.index_key(ref)
     assert rebuilder.layout.claim({key: b"0000cafe"}) == {key}
@@ -533,7 +536,7 @@ def test_a_delivery_during_a_timeline_rebuild_reaches_what_it_commits(
 def test_a_delivery_refuses_an_invalid_follower_id_before_any_write(
     cache: MemcacheCluster, unique: str
 ) -> None:
-    capped = empty_capped_lists(cache, unique, max_members=10, dirty_min=10**9)
+    capped = empty_TokenLists(CappedLayout, cache, unique, max_members=10, dirty_min=10**9)
     capped.read(ListRef(ListKind.TIMELINE, "a"))
     with pytest.raises(ValueError, match="invalid user id"):
         capped.deliver([(b"+p1 ", ["a", "b c"])])

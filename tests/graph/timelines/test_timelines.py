@@ -19,10 +19,11 @@ from timeline_fanout.graph import (
     ListRef,
     ListSettings,
     ShardedLists,
-    sharded_lists,
 )
 from timeline_fanout.graph.anti_entropy import AntiEntropy
-from timeline_fanout.graph.lists.capped import CappedLists, capped_lists
+from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
+from timeline_fanout.graph.lists.sharded import ShardedLayout
+from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -98,12 +99,14 @@ def make(
     counted_store = Counting(store)
     as_cache = cast(MemcacheCluster, counted_cache)
     as_store = cast(EdgeStore, counted_store)
-    lists = sharded_lists(
+    lists = TokenLists(
+        ShardedLayout,
         as_cache,
         as_store,
         ListSettings(shard_bytes=128, namespace=unique, compact_write_prob=0),
     )
-    timelines = capped_lists(
+    timelines = TokenLists(
+        CappedLayout,
         as_cache,
         TimelineSource(as_store, cap),
         ListSettings(namespace=unique, max_members=cap, compact_write_prob=0),

@@ -15,14 +15,10 @@ when it would pass the item size limit; a meta get tells them apart. Too big mea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from random import Random
 
 from timeline_fanout.graph.lists import fencing
-from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.token_lists import (
     ListContext,
-    ListSettings,
-    MemberSource,
     Pending,
     ReadRound,
     TokenLists,
@@ -36,10 +32,8 @@ from timeline_fanout.graph.lists.tokens import (
     encode_members,
 )
 from timeline_fanout.graph.model.edges import Snapshot
-from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
-from timeline_fanout.memcache.interface import Cache
 
 
 def shorter(ttl: int) -> int:
@@ -193,16 +187,3 @@ class CappedLayout:
 
 
 CappedLists = TokenLists[CappedLayout]
-
-
-def capped_lists(
-    cache: Cache,
-    source: MemberSource,
-    settings: ListSettings | None = None,
-    *,
-    rng: Random | None = None,
-    shared: SharedReads[ListRef, Snapshot] | None = None,
-    fresh: Fresh = SYSTEM,
-) -> CappedLists:
-    """Timelines over ``cache``, rebuilt from ``source`` (see ``TokenLists``)."""
-    return TokenLists(cache, source, CappedLayout, settings, rng, shared, fresh)

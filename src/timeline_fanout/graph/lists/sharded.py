@@ -27,17 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from random import Random
 from typing import NamedTuple
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.decoded import DecodedLists
 from timeline_fanout.graph.lists.fencing import Index
-from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.token_lists import (
     ListContext,
-    ListSettings,
-    MemberSource,
     Pending,
     ReadRound,
     TokenLists,
@@ -51,10 +47,8 @@ from timeline_fanout.graph.lists.tokens import (
     split_tokens,
 )
 from timeline_fanout.graph.model.edges import Snapshot
-from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import ListRef, counter_key, shard_key
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
-from timeline_fanout.memcache.interface import Cache
 
 # A list whose shards could hold its live tokens in half as many is rebuilt compact.
 MIN_SHARDS_TO_REPACK = 4
@@ -444,17 +438,3 @@ class ShardedLayout:
 
 
 ShardedLists = TokenLists[ShardedLayout]
-
-
-def sharded_lists(
-    cache: Cache,
-    source: MemberSource,
-    settings: ListSettings | None = None,
-    *,
-    rng: Random | None = None,
-    shared: SharedReads[ListRef, Snapshot] | None = None,
-    fresh: Fresh = SYSTEM,
-) -> ShardedLists:
-    """Follower and following lists over ``cache``, rebuilt from ``source`` (see
-    ``TokenLists``)."""
-    return TokenLists(cache, source, ShardedLayout, settings, rng, shared, fresh)

@@ -213,15 +213,16 @@ class TokenLists(Generic[L]):
 
     def __init__(
         self,
+        layout: Callable[[ListContext], L],
         cache: Cache,
         source: MemberSource,
-        layout: Callable[[ListContext], L],
         settings: ListSettings | None = None,
         rng: random.Random | None = None,
         shared: SharedReads[ListRef, Snapshot] | None = None,
         fresh: Fresh = SYSTEM,
     ) -> None:
-        """``layout``: made on this object's ``ListContext``. ``shared``: store reads shared
+        """``layout``: made on this object's ``ListContext`` (``ShardedLayout`` for follower and
+        following lists, ``CappedLayout`` for timelines). ``shared``: store reads shared
         with the other threads' lists on the same edge store (graph/lists/shared_reads.py); one
         of its own if None. ``fresh``: the clock and random hex generation ids and shard names
         are made from (graph/model/fresh.py). A reader waiting for another client's build waits

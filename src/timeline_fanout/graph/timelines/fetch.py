@@ -32,7 +32,7 @@ shard holds at t_s is all that sequential reader would see of it at t_s. Nothing
 rebuild or compaction protocol changes: a reader only chooses when to send its shard GETs.
 
 **The timeline and the celebrity items in the same batch.** Those are separate items, each read
-through its own validation (``CappedLists.fetched``, ``CelebrityPosts``), and no guarantee
+through its own validation (``CappedLayout.fetched``, ``CelebrityPosts``), and no guarantee
 relates the instants at which a reader reads them: the sequential reader read the following
 list, then the timeline, with writes free to land in between, in either item. Once writes stop,
 every read returns the view of the store, whichever order its GETs ran in.
