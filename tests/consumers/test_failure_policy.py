@@ -58,6 +58,8 @@ def test_limits_are_validated() -> None:
         (KafkaError.UNKNOWN_MEMBER_ID, CommitRejected),
         (KafkaError.ILLEGAL_GENERATION, CommitRejected),
         (KafkaError.REBALANCE_IN_PROGRESS, CommitRejected),
+        # A stopping static member already replaced by its restart: the new owner redoes it.
+        (KafkaError.FENCED_INSTANCE_ID, CommitRejected),
         (KafkaError.COORDINATOR_NOT_AVAILABLE, CommitRetriable),
         (KafkaError._TIMED_OUT, CommitRetriable),
         (KafkaError.GROUP_AUTHORIZATION_FAILED, PermanentFailure),

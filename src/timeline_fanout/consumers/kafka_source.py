@@ -50,6 +50,10 @@ COMMIT_REBALANCED = {
     KafkaError.UNKNOWN_MEMBER_ID,
     KafkaError.STALE_MEMBER_EPOCH,
     KafkaError._ASSIGNMENT_LOST,
+    # Not fatal: the commit of a static member replaced while it stopped (a restart that
+    # rejoined under the same ``group.instance.id`` first). A duplicate that is still running
+    # is fenced fatally, and that halts (``commit_failure``).
+    KafkaError.FENCED_INSTANCE_ID,
 }
 # Worth retrying even when librdkafka does not flag the error retriable: the coordinator is
 # moving, loading or not answering.
