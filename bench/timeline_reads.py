@@ -139,18 +139,21 @@ def _measure(s: Settings, posts: int, rounds: int) -> dict[str, Row]:
             "timeline_bytes": size - 50 * 40,
             "store_queries_per_read": round(sum(store.calls.values()) / count, 2),
         }
-        result[f"{kind} (event loop)"] = uvloop.run(_on_the_loop(s, reader, picks, rounds))
+        result[f"{kind} (event loop)"] = uvloop.run(_on_the_loop(s, reader, store, picks, rounds))
     raw_store.close()
     return result
 
 
-async def _on_the_loop(s: Settings, fallback: TimelineReader, picks: list[str], rounds: int) -> Row:
+async def _on_the_loop(
+    s: Settings, fallback: TimelineReader, store: _Counted, picks: list[str], rounds: int
+) -> Row:
     """The API's read (graph/timelines/warm_reads.py) on an event loop, with and without the page
     memo, next to a plain GET of the same bytes through the loop's own client, in alternating
-    blocks."""
-    memory = ReadMemory()
-    warm = wiring.warm_reads(s, memory)
-    memo = wiring.warm_reads(s, memory, 64 << 20)
+    blocks. The loop's plans come from a reader over the fallback's connections, as a request
+    thread lends it in ``fanout serve``."""
+    plans = wiring.timeline_reader(s, store, ReadMemory(), fallback.timelines.cache)
+    warm = wiring.warm_reads(s, plans=plans)
+    memo = wiring.warm_reads(s, 64 << 20, plans=plans)
     plain = AsyncMemcache(s.memcached_servers)
     samples: dict[str, list[float]] = {"read": [], "memo": [], "get": []}
     fallbacks = [0]

@@ -29,6 +29,7 @@ from timeline_fanout.graph.lists.counts import list_counts
 from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.graph.timelines.known_texts import KnownTexts
+from timeline_fanout.graph.timelines.warm_reads import WarmReads
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.producers import EventPublisher
 
@@ -46,11 +47,14 @@ def open_backends(
     trust: ServerTrust,
     shared: wiring.StoreReads,
     known: KnownTexts,
+    warm: WarmReads | None = None,
 ) -> Callable[[], Backends]:
     """Opens one API thread's store, lists, timeline reader and (lazily) publisher; the
     threads' readers share ``memory``, what they learnt of each user, ``trust``, which
     cache servers may be used, ``shared``, the store reads of lists whose server is not, and
-    ``known``, the post texts known under a deletion mark."""
+    ``known``, the post texts known under a deletion mark. Each thread lends ``warm`` a reader
+    of its own over its connections, for the plans the event loop runs
+    (graph/timelines/warm_reads.py): the loop never opens the store."""
     # The producer gives up on an event when the API stops waiting for it, so a timed-out
     # request leaves nothing queued behind it for the next one's delivery report.
     kafka_config = {
@@ -69,6 +73,8 @@ def open_backends(
         store = wiring.edge_store(settings)
         cache = wiring.cache_cluster(settings, trust)
         reader = wiring.timeline_reader(settings, store, memory, cache, shared, known)
+        if warm is not None:
+            warm.plan_with(wiring.timeline_reader(settings, store, memory, cache, shared, known))
         counts = list_counts(store, reader.follow_lists)
         return Backends(store, reader, counts, publisher, lag)
 
@@ -102,8 +108,8 @@ def app_for(settings: Settings, api: ApiSettings) -> Starlette:
     known = KnownTexts()
     trust = wiring.server_trust(settings)
     shared: wiring.StoreReads = SharedReads()
-    warm = wiring.warm_reads(settings, memory, api.page_memo_mb << 20, trust, known)
-    app = create_app(api, open_backends(settings, api, memory, trust, shared, known), warm)
+    warm = wiring.warm_reads(settings, api.page_memo_mb << 20, trust)
+    app = create_app(api, open_backends(settings, api, memory, trust, shared, known, warm), warm)
     app.state.api.metrics.watch_cache(trust, shared.stats)
     return app
 

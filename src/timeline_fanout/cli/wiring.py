@@ -31,7 +31,7 @@ from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.page_memo import PageMemo
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
-from timeline_fanout.graph.timelines.warm_reads import OfflineStore, ReplayCache, WarmReads
+from timeline_fanout.graph.timelines.warm_reads import WarmReads
 from timeline_fanout.memcache import Cache, MemcacheCluster
 from timeline_fanout.memcache.async_cluster import AsyncMemcache
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
@@ -126,18 +126,15 @@ def timeline_reader(
 
 def warm_reads(
     settings: Settings,
-    memory: ReadMemory,
     memo_bytes: int = 0,
     trust: ServerTrust | None = None,
-    known: KnownTexts | None = None,
+    plans: TimelineReader | None = None,
 ) -> WarmReads:
-    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``memory``,
-    ``trust`` and ``known`` with the process's blocking readers; ``memo_bytes`` of rendered
-    pages (graph/timelines/page_memo.py)."""
-    replay = ReplayCache()
-    reader = timeline_reader(settings, OfflineStore(), memory, replay, known=known)
+    """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``trust`` with
+    the process's blocking readers, running the plans of ``plans`` (or of the reader a request
+    thread lends later); ``memo_bytes`` of rendered pages (graph/timelines/page_memo.py)."""
     cache = AsyncMemcache(settings.memcached_servers, trust=trust or server_trust(settings))
-    return WarmReads(reader, replay, cache, PageMemo(memo_bytes) if memo_bytes else None)
+    return WarmReads(cache, PageMemo(memo_bytes) if memo_bytes else None, plans)
 
 
 def group_id(settings: Settings, consumer: str) -> str:

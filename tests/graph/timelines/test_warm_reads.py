@@ -1,6 +1,6 @@
 """``WarmReads.page`` against the blocking ``TimelineReader.page``, on the same real memcached.
 
-A warm read is the blocking read's own code replayed over multi-GETs sent from an event loop,
+A warm read is the blocking read's own plan run with multi-GETs sent from an event loop,
 so for any state of the cache it must return exactly the blocking read's page or None, and
 None (having written nothing) whenever the read would need a write, a store query or a wait.
 Multi-GETs are counted by wrapping ``AsyncMemcache.gets_many`` (instrumentation: every call
@@ -24,7 +24,6 @@ from timeline_fanout.consumers.positions import Origin, Positioned
 from timeline_fanout.graph import ListKind, ListRef
 from timeline_fanout.graph.lists.fencing import index_marker, new_generation, timeline_marker
 from timeline_fanout.graph.model.fresh import Fresh
-from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.graph.timelines.reader import BadCursor, TimelineEntry, TimelinePage
 from timeline_fanout.graph.timelines.warm_reads import WarmReads
 from timeline_fanout.memcache.cluster import MemcacheCluster
@@ -215,10 +214,10 @@ def test_a_forged_cursor_is_bad_cursor_as_in_the_blocking_read(pair: Pair) -> No
 
 
 def test_a_memcached_that_does_not_answer_leaves_the_read_to_the_blocking_one(
-    settings: Settings, refused: Refused
+    settings: Settings, refused: Refused, pair: Pair
 ) -> None:
     down = settings.model_copy(update={"memcached": str(refused)})
-    warm = wiring.warm_reads(down, ReadMemory())
+    warm = wiring.warm_reads(down, plans=pair.blocking)
 
     async def read() -> TimelinePage | None:
         try:
@@ -235,16 +234,16 @@ def test_a_kept_page_is_answered_only_from_the_very_replies_it_was_read_from(
     """The page memo (graph/timelines/page_memo.py): an unchanged read is answered without a walk,
     an item rewritten with the same bytes (the celebrity set, rebuilt) is unchanged, and after any
     change the page is walked again and is the blocking page. Walks are counted by wrapping
-    ``WarmReads._walk`` (instrumentation: the real walk runs)."""
+    ``WarmReads._run`` (instrumentation: the real walk runs)."""
     warmed(pair)
-    walks: list[str] = []
-    walk = WarmReads._walk
+    walks: list[object] = []
+    run = WarmReads._run
 
-    async def counted(self: WarmReads, user: str, *args: Any) -> Any:
-        walks.append(user)
-        return await walk(self, user, *args)
+    async def counted(self: WarmReads, plan: Any) -> Any:
+        walks.append(plan)
+        return await run(self, plan)
 
-    monkeypatch.setattr(WarmReads, "_walk", counted)
+    monkeypatch.setattr(WarmReads, "_run", counted)
 
     def kept() -> bool:
         """A read through the memo: None or the blocking page rendered (asserted); whether it

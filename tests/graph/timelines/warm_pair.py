@@ -154,8 +154,11 @@ def make_pair(settings: Settings, multi_gets: list[list[bytes]]) -> Pair:
     store = cast(SqliteEdgeStore, wiring.edge_store(settings))
     memory = ReadMemory()
     blocking = wiring.timeline_reader(settings, store, memory)
-    warm_reads = wiring.warm_reads(settings, memory)
-    memo_reads = wiring.warm_reads(settings, memory, MEMO_BYTES)
+    # The loop's plans come from a reader over the blocking one's connections, as a request
+    # thread lends it in ``fanout serve`` (graph/timelines/warm_reads.py).
+    plans = wiring.timeline_reader(settings, store, memory, blocking.timelines.cache)
+    warm_reads = wiring.warm_reads(settings, plans=plans)
+    memo_reads = wiring.warm_reads(settings, MEMO_BYTES, plans=plans)
     return Pair(settings, store, memory, blocking, warm_reads, memo_reads, multi_gets)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from timeline_fanout.graph.model.edges import PostKey, PostRecord, PostStore
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
+from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get, run_blocking
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.memcache import Item
 from timeline_fanout.memcache.interface import Cache
@@ -98,17 +99,21 @@ class AuthorPages:
         return self._keys.author_posts_keys(authors)
 
     def page(self, user: str, limit: int, cursor: str | None) -> AuthorPage:
-        """Raises ``BadCursor`` for a cursor that is not a timeline cursor. Posts whose bodies
-        say deleted are skipped and the page reads on (the item may not have seen the deletion
-        yet)."""
+        """``paging``'s page, read with this process's connections."""
+        return run_blocking(self.paging(user, limit, cursor), self._cache)
+
+    def paging(self, user: str, limit: int, cursor: str | None) -> Plan[AuthorPage]:
+        """A page as a plan (graph/timelines/plan.py). Raises ``BadCursor`` for a cursor that
+        is not a timeline cursor. Posts whose bodies say deleted are skipped and the page reads
+        on (the item may not have seen the deletion yet)."""
         before = None if cursor is None else TimelineEntry.from_cursor(cursor)
-        newest = self._newest(user)
+        newest = yield from self._newest(user)
         gone: set[str] = set()
         while True:  # each round reads past the deleted posts the last one found
             count = limit + 1 + len(gone)
-            posts = self._posts(user, newest, count, before)
+            posts = yield from self._posts(user, newest, count, before)
             names = [f"{p.author}!{p.post_id}" for p in posts]
-            bodies = self._bodies.read(names, {})
+            bodies = yield from self._bodies.reading(names, {})
             if bodies.gone <= gone or len(posts) < count:
                 break
             gone |= bodies.gone
@@ -124,10 +129,10 @@ class AuthorPages:
 
     def _posts(
         self, user: str, newest: Newest, count: int, before: TimelineEntry | None
-    ) -> list[PostRecord]:
+    ) -> Plan[list[PostRecord]]:
         """The ``count`` newest posts older than ``before`` (all posts' order is (time, post id)
         within one author, which is member order): from the item as far as it reaches, then
-        from the store."""
+        from the store (a blocking step)."""
         members = newest.ascending
         end = len(members) if before is None else bisect_left(members, _place(user, before))
         taken = [TimelineEntry.parse(m) for m in reversed(members[max(0, end - count) : end])]
@@ -135,14 +140,19 @@ class AuthorPages:
         if len(found) < count and not newest.complete:
             last = found[-1] if found else before
             key = None if last is None else PostKey(last.ts, last.post_id)
-            found += self._store.author_posts(user, count - len(found), key)
+            wanted = count - len(found)
+            found += yield from blocking(
+                "an author's older posts", lambda: self._store.author_posts(user, wanted, key)
+            )
         return found
 
-    def _newest(self, user: str) -> Newest:
+    def _newest(self, user: str) -> Plan[Newest]:
         key = self.keys([user])[0]
-        item = self._cache.gets_many([key]).get(key)
+        item = (yield from multi_get([key])).get(key)
         newest = None if item is None else Newest.parse(item.value)
-        return newest if newest is not None else self._fill(user, key)
+        if newest is None:
+            newest = yield from blocking("an author's posts item", lambda: self._fill(user, key))
+        return newest
 
     def _fill(self, user: str, key: bytes) -> Newest:
         """The fence (module docstring): ``~`` ADDed, read with ``gets``, the store read, CAS."""

@@ -46,6 +46,7 @@ from timeline_fanout.graph.model.edges import PostsAndCelebrities
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
+from timeline_fanout.graph.timelines.plan import Plan, blocking
 from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
@@ -125,6 +126,17 @@ class CelebrityPosts:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    def celebrity_set(self, reader: str, found: Mapping[bytes, Item]) -> Plan[frozenset[str]]:
+        """``celebrities`` as a plan's step (graph/timelines/plan.py): a blocking step only
+        when ``found`` lacks ``reader``'s copy."""
+        item = found.get(self.set_key(reader))
+        names = None if item is None else _names(item.value)
+        if names is None:
+            names = yield from blocking(
+                "the celebrity set", lambda: self.celebrities(reader, found)
+            )
+        return names
+
     def celebrities(self, reader: str, found: Mapping[bytes, Item]) -> frozenset[str]:
         """The celebrity set from ``reader``'s copy in ``found`` (a reader's multi-GET), else
         from the store, cached in that copy for the next readers (unless its server is
@@ -139,6 +151,29 @@ class CelebrityPosts:
         if self._cache.available([key])[0]:
             self._write(True, {key: _joined(sorted(names))}, expire)
         return names
+
+    def recent(
+        self, authors: Sequence[str], found: Mapping[bytes, Item], first: int | None = None
+    ) -> Plan[list[Recent]]:
+        """``posts`` as a plan's step (graph/timelines/plan.py): a blocking step only when an
+        item is missing from ``found`` or not ours."""
+        result = []
+        for key in self.keys(authors):
+            item = found.get(key)
+            recent = None if item is None else _split(item.value, first)
+            if recent is None:
+                return (
+                    yield from blocking(
+                        "celebrity posts", lambda: self.posts(authors, found, first)
+                    )
+                )
+            result.append(recent)
+        return result
+
+    def dropping(self, authors: Sequence[str]) -> Plan[None]:
+        """``drop`` as a plan's step."""
+        if authors:
+            yield from blocking("dropping celebrity posts", lambda: self.drop(authors))
 
     def posts(
         self, authors: Sequence[str], found: Mapping[bytes, Item], first: int | None = None

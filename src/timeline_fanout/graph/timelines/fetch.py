@@ -60,6 +60,7 @@ from timeline_fanout.graph.lists.capped import CappedLists
 from timeline_fanout.graph.lists.sharded import ShardedLists
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
+from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get
 from timeline_fanout.memcache.cluster import Item
 
 # Users whose last read is remembered: ~600 bytes each (a head value, names, the next keys).
@@ -107,6 +108,14 @@ class ReadMemory:
             self._items.pop(user, None)
 
 
+class Batch(NamedTuple):
+    """A read's first multi-GET, made by its caller: ``found`` for the keys of
+    ``batch_keys(user, last)``, ``last`` taken once, before it was sent."""
+
+    last: Remembered | None
+    found: dict[bytes, Item]
+
+
 @dataclass(slots=True)
 class Fetched:
     """What one read found: the following list, the timeline's members in item order
@@ -130,7 +139,6 @@ class TimelineFetch:
         self._lists = follow_lists
         self._timelines = timelines
         self._celebrity_posts = celebrity_posts
-        self._cache = timelines.cache
         self._memory = memory or ReadMemory()
 
     def remembered(self, user: str) -> Remembered | None:
@@ -158,13 +166,18 @@ class TimelineFetch:
         keys = (*first, *shards, *self._celebrity_posts.keys(celebrities))
         return Remembered(head, tuple(celebrities), keys)
 
-    def fetch(self, user: str) -> Fetched:
+    def fetching(self, user: str) -> Plan[Fetched]:
+        """A read's items (graph/timelines/plan.py): its first multi-GET, then ``settling``."""
         last = self.remembered(user)
-        return self.settle(user, last, self._get(self.batch_keys(user, last)))
+        found = yield from multi_get(self.batch_keys(user, last))
+        return (yield from self.settling(user, last, found))
 
-    def settle(self, user: str, last: Remembered | None, found: dict[bytes, Item]) -> Fetched:
+    def settling(
+        self, user: str, last: Remembered | None, found: dict[bytes, Item]
+    ) -> Plan[Fetched]:
         """The rest of a read whose first multi-GET, of ``batch_keys(user, last)``, brought
-        ``found``: more round trips only where the batch was not enough (module docstring)."""
+        ``found``: more round trips only where the batch was not enough (module docstring);
+        a list that must be read the long way (rebuilt, waited for) is a blocking step."""
         following_ref = ListRef(ListKind.FOLLOWING, user)
         timeline_ref = ListRef(ListKind.TIMELINE, user)
         list_key = self._lists.index_key(following_ref)
@@ -173,19 +186,19 @@ class TimelineFetch:
         list_items = found
         if head is not None and (last is None or head.value != last.head):
             # Not the head remembered: its shards are read now, after it (the plain protocol).
-            list_items = {
-                list_key: head,
-                **self._get(self._lists.layout.named_shards(list_key, head.value)),
-            }
+            shards = yield from multi_get(self._lists.layout.named_shards(list_key, head.value))
+            list_items = {list_key: head, **shards}
         following = self._lists.layout.fetched(list_key, list_items)
         accepted = None if following is None or head is None else head.value
         if following is None:
-            following = self._lists.read(following_ref)
+            lists = self._lists
+            following = yield from blocking("a following list", lambda: lists.read(following_ref))
 
-        celebrities = sorted(self._celebrity_posts.celebrities(user, found) & following)
+        celebrities = sorted(
+            (yield from self._celebrity_posts.celebrity_set(user, found)) & following
+        )
         unread = [k for k in self._celebrity_posts.keys(celebrities) if k not in found]
-        if unread:
-            found.update(self._get(unread))
+        found.update((yield from multi_get(unread)))
         if accepted is None:  # read the long way: the next read starts afresh
             self._memory.forget(user)
         elif last is not None and (accepted, tuple(celebrities)) == last[:2]:
@@ -195,10 +208,8 @@ class TimelineFetch:
 
         delivered = self._timelines.layout.fetched(found.get(timeline_key))
         if delivered is None:
-            delivered = list(self._timelines.read(timeline_ref))
+            timelines = self._timelines
+            delivered = yield from blocking(
+                "a timeline", lambda: list(timelines.read(timeline_ref))
+            )
         return Fetched(following, delivered, celebrities, found)
-
-    def _get(self, keys: Sequence[bytes]) -> dict[bytes, Item]:
-        if not keys:
-            return {}
-        return self._cache.gets_many(keys)

@@ -70,6 +70,7 @@ from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostStore
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.known_texts import KnownTexts
+from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get, run_blocking
 from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
@@ -195,10 +196,14 @@ class PostBodies:
         return (prefix + joined.replace("!", "|")).encode("ascii").split(b" ")
 
     def read(self, posts: Sequence[str], found: Mapping[bytes, Item]) -> Bodies:
-        """The bodies of ``posts``: from ``found`` (a read's multi-GET) where it has them, else
-        the texts known under the deletion mark ``found`` holds, else one more multi-GET, and
-        what is still missing filled from the store through the ``~`` fence (module
-        docstring)."""
+        """``reading``'s bodies, read with this process's connections."""
+        return run_blocking(self.reading(posts, found), self._cache)
+
+    def reading(self, posts: Sequence[str], found: Mapping[bytes, Item]) -> Plan[Bodies]:
+        """The bodies of ``posts`` (graph/timelines/plan.py): from ``found`` (a read's
+        multi-GET) where it has them, else the texts known under the deletion mark ``found``
+        holds, else one more multi-GET, and what is still missing filled from the store through
+        the ``~`` fence (module docstring), a blocking step."""
         bodies = Bodies()
         unread: dict[bytes, str] = {}
         mark = self._mark(found)
@@ -214,23 +219,38 @@ class PostBodies:
                 unread[key] = post
         if not unread:
             return bodies
-        got = self._cache.gets_many(list(unread))
+        got = yield from multi_get(list(unread))
         if mark is not None:
             self._known.remember(_live_texts(got), mark.value, now + self._expire)
-        empty = [k for k in unread if k not in got]
-        # Items on an unavailable server are answered from the store and not filled.
+        missing = {}
+        for key, post in unread.items():
+            item = got.get(key)
+            if item is None or not self._take(bodies, post, item.value):
+                missing[key] = post
+        if missing:
+            yield from blocking("post bodies to fill", lambda: self._filled(bodies, missing, got))
+        return bodies
+
+    def _filled(
+        self, bodies: Bodies, missing: Mapping[bytes, str], got: Mapping[bytes, Item]
+    ) -> None:
+        """``missing`` (not found, or not readable, in ``got``) filled: ``~`` ADDed where an
+        item is absent and its server usable, read again with ``gets``, and the store's answer
+        CAS'd over what those found (items on an unavailable server are answered from the
+        store and not filled)."""
+        seen = {key: got[key] for key in missing if key in got}
+        empty = [key for key in missing if key not in got]
         fillable = list(compress(empty, self._cache.available(empty))) if empty else []
         if fillable:
             self._cache.add_many(dict.fromkeys(fillable, FILLING), self._expire)
-            got.update(self._cache.gets_many(fillable))
+            seen.update(self._cache.gets_many(fillable))
         fill = {}
-        for key, post in unread.items():
-            item = got.get(key)
+        for key, post in missing.items():
+            item = seen.get(key)
             if item is None or not self._take(bodies, post, item.value):
                 fill[key] = (post, item)
         if fill:
             self._fill(bodies, fill)
-        return bodies
 
     @staticmethod
     def _take(bodies: Bodies, post: str, value: bytes) -> bool:
@@ -297,6 +317,11 @@ class PostBodies:
         failed = [k for k in [*keys, *marks] if outcomes.get(k) is not Outcome.STORED]
         if failed:
             raise BodyWriteError(f"{len(failed)} deletion items not written: {failed[0]!r}")
+
+    def keeping_mark(self, reader: str, found: Mapping[bytes, Item]) -> Plan[None]:
+        """``keep_mark`` as a plan's step: nothing to do when ``found`` holds the copy."""
+        if self.mark_key(reader) not in found:
+            yield from blocking("the deletion mark", lambda: self.keep_mark(reader, found))
 
     def keep_mark(self, reader: str, found: Mapping[bytes, Item]) -> None:
         """A read whose first multi-GET (``found``) did not find ``reader``'s copy of the

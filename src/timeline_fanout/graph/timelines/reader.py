@@ -16,6 +16,7 @@ thing from the edge store, so a lost timeline comes back with the same answers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -29,8 +30,9 @@ from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.entries import BadCursor, TimelineEntry
-from timeline_fanout.graph.timelines.fetch import Fetched, ReadMemory, TimelineFetch
+from timeline_fanout.graph.timelines.fetch import Batch, Fetched, ReadMemory, TimelineFetch
 from timeline_fanout.graph.timelines.known_texts import KnownTexts
+from timeline_fanout.graph.timelines.plan import Plan, blocking, run_blocking
 from timeline_fanout.graph.timelines.post_bodies import PostBodies, post_name
 from timeline_fanout.graph.timelines.view import followed_posts, visible_page
 
@@ -114,21 +116,19 @@ class TimelineReader:
         )
         self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies, heal_s)
 
-    def page(
-        self, user: str, limit: int = 50, cursor: str | None = None, got: Fetched | None = None
-    ) -> TimelinePage:
-        """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of
-        ours). One more entry than asked is read to know whether an older page exists.
+    def page(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage:
+        """``paging``'s page, read with this reader's connections."""
+        return run_blocking(self.paging(user, limit, cursor), self.timelines.cache)
 
-        ``got``: what a read already fetched (graph/timelines/warm_reads.py): the page is walked
-        from it,
-        and a corrupt member raises (``ValueError``, ``IndexError``) instead of being healed."""
+    def paging(
+        self, user: str, limit: int, cursor: str | None, first: Batch | None = None
+    ) -> Plan[TimelinePage]:
+        """A page of ``limit`` entries older than ``cursor`` (``BadCursor`` if it is not one of
+        ours), as a plan (graph/timelines/plan.py). One more entry than asked is read to know
+        whether an older page exists. ``first``: the read's first multi-GET, already made (the
+        event loop's, graph/timelines/warm_reads.py)."""
         before = None if cursor is None else TimelineEntry.from_cursor(cursor)
-        if got is None:
-            walked = self.walked(user, limit + 1, before)
-        else:
-            member = None if before is None else before.member
-            walked = self._shown(user, got, limit + 1, member)
+        walked = yield from self.walking(user, limit + 1, before, first)
         more = len(walked.entries) > limit
         entries = walked.entries[:limit]
         cursor_next = entries[-1].cursor if more and entries else None
@@ -138,36 +138,45 @@ class TimelineReader:
         self, user: str, limit: int = 50, before: TimelineEntry | None = None
     ) -> list[TimelineEntry]:
         """Newest first; ``before`` (from a cursor): only entries older than that one (see
-        ``walked``)."""
-        return self.walked(user, limit, before).entries
+        ``walking``)."""
+        plan = self.walking(user, limit, before)
+        return run_blocking(plan, self.timelines.cache).entries
 
-    def walked(self, user: str, limit: int, before: TimelineEntry | None = None) -> Walked:
+    def walking(
+        self, user: str, limit: int, before: TimelineEntry | None = None, first: Batch | None = None
+    ) -> Plan[Walked]:
         """``read``'s entries with the size of the following list they were read through.
 
-        A timeline whose members are not of our own form (bytes corrupted outside: every writer here
-        writes members through ``TimelineEntry``) is dropped and regenerated, as a corrupt list is
-        (docs/design/lists.md, "Broken lists"), and so are the posts items of the celebrities merged
-        into it; found when a read walks the bad member."""
+        A timeline whose members are not of our own form (bytes corrupted outside: every writer
+        here writes members through ``TimelineEntry``) is dropped and regenerated, as a corrupt
+        list is (docs/design/lists.md, "Broken lists"), and so are the posts items of the
+        celebrities merged into it; found when a read walks the bad member."""
         if limit < 1:
             return Walked([], 0, [])
         cursor = None if before is None else before.member
         try:
-            return self._read(user, limit, cursor)
+            return (yield from self._reading(user, limit, cursor, first))
         except (CorruptList, CorruptMember):
-            self.timelines.invalidate([ListRef(ListKind.TIMELINE, user)])
-            return self._read(user, limit, cursor)
+            ref = ListRef(ListKind.TIMELINE, user)
+            yield from blocking("a corrupt timeline", lambda: self.timelines.invalidate([ref]))
+            return (yield from self._reading(user, limit, cursor, None))
 
-    def _read(self, user: str, limit: int, cursor: str | None) -> Walked:
-        got = self.fetcher.fetch(user)
+    def _reading(
+        self, user: str, limit: int, cursor: str | None, first: Batch | None
+    ) -> Plan[Walked]:
+        if first is None:
+            got = yield from self.fetcher.fetching(user)
+        else:
+            got = yield from self.fetcher.settling(user, first.last, dict(first.found))
         try:
-            return self._shown(user, got, limit, cursor)
+            return (yield from self._showing(user, got, limit, cursor))
         except (CorruptList, CorruptMember):
             # The bad member may be in a celebrity's posts item as well as in the timeline:
-            # those are rebuilt from the store by the read that ``read`` tries next.
-            self.celebrity_posts.drop(got.celebrities)
+            # those are rebuilt from the store by the read that ``walking`` tries next.
+            yield from self.celebrity_posts.dropping(got.celebrities)
             raise
 
-    def _shown(self, user: str, got: Fetched, limit: int, cursor: str | None) -> Walked:
+    def _showing(self, user: str, got: Fetched, limit: int, cursor: str | None) -> Plan[Walked]:
         """The page walked through the posts that exist (graph/timelines/post_bodies.py): the
         bodies of the entries a walk would show are read, and while some say deleted the walk
         is done again without them, reading ahead further each time (twice as far, plus the
@@ -176,56 +185,57 @@ class TimelineReader:
         A walk shorter than it asked ends the view, which is where the cap cuts: there the
         bodies of every post walked above it are read too, so that deleted posts are not
         counted towards the cap (the view is the newest ``cap`` posts that exist)."""
-        self.bodies.keep_mark(user, got.found)
+        yield from self.bodies.keeping_mark(user, got.found)
         gone: frozenset[str] = frozenset()
         ahead = 0
         while True:
-            entries = self._walk(user, got, limit + ahead, cursor, gone)
+            entries = yield from self._walking(user, got, limit + ahead, cursor, gone)
             names = [e.post for e in entries]
             if len(entries) < limit + ahead:
                 down_to = entries[-1].member if entries else (cursor or "")
-                names = list(dict.fromkeys(names + self._walked_above(got, down_to)))
-            bodies = self.bodies.read(names, got.found)
+                above = yield from self._walked_above(got, down_to)
+                names = list(dict.fromkeys(names + above))
+            bodies = yield from self.bodies.reading(names, got.found)
             found = bodies.gone - gone
             if not found:
                 break
-            self._drop_stale_celebrities(got, found)
+            yield from self._drop_stale_celebrities(got, found)
             gone |= found
             ahead = 2 * ahead + len(found) + limit
         entries = entries[:limit]
         texts = [bodies.texts.get(e.post) for e in entries]
         return Walked(entries, len(got.following), texts)
 
-    def _drop_stale_celebrities(self, got: Fetched, deleted: set[str]) -> None:
+    def _drop_stale_celebrities(self, got: Fetched, deleted: set[str]) -> Plan[None]:
         """A celebrity's cached posts holding a deleted post are stale: written from a store
         read before the deletion (the consumer rewrites them after it; a zombie or a replay can
         write an older answer after that). They lack the older post the view shows in its
-        place, so they are dropped and rebuilt from the store, by this read, at once (a warm
-        read hands this to the blocking one)."""
+        place, so they are dropped and rebuilt from the store, by this read, at once (a
+        blocking step)."""
         authors = sorted({post.partition("!")[0] for post in deleted} & set(got.celebrities))
         if not authors:
             return
-        recent = self.celebrity_posts.posts(authors, got.found)
+        recent = yield from self.celebrity_posts.recent(authors, got.found)
         stale = [
             author
             for author, r in zip(authors, recent, strict=True)
             if any(post_name(m) in deleted for m in r.members)
         ]
         if stale:
-            self.celebrity_posts.drop(stale)
+            yield from self.celebrity_posts.dropping(stale)
             for key in self.celebrity_posts.keys(stale):
                 got.found.pop(key, None)
 
-    def _walked_above(self, got: Fetched, down_to: str) -> list[str]:
+    def _walked_above(self, got: Fetched, down_to: str) -> Plan[list[str]]:
         """Posts of authors followed at or above ``down_to``, among the delivered members and
         the followed celebrities' recent posts."""
-        recent = self.celebrity_posts.posts(got.celebrities, got.found)
+        recent = yield from self.celebrity_posts.recent(got.celebrities, got.found)
         candidates = sorted(chain(got.delivered, *(r.members for r in recent)))
         return followed_posts(candidates, got.following, down_to)
 
-    def _walk(
+    def _walking(
         self, user: str, got: Fetched, limit: int, cursor: str | None, gone: frozenset[str]
-    ) -> list[TimelineEntry]:
+    ) -> Plan[list[TimelineEntry]]:
         delivered = got.delivered
         delivered.sort()  # in item order it is nearly sorted already
         # Without a cursor, a page of ``limit`` usually needs no more than the newest
@@ -235,7 +245,7 @@ class TimelineReader:
         kept = self.kept_from(delivered)
         while True:
             first = None if window is None else limit
-            recent = self.celebrity_posts.posts(got.celebrities, got.found, first)
+            recent = yield from self.celebrity_posts.recent(got.celebrities, got.found, first)
             cut = max((r.members[-1] for r in recent if not r.complete), default="")
             part = delivered if window is None else delivered[-window:]
             if len(part) < len(delivered):
@@ -252,9 +262,15 @@ class TimelineReader:
                 continue
             kept = ""
             if self.displaced(frozenset(delivered), got.following, gone):
-                ref = ListRef(ListKind.TIMELINE, user)
-                self.timelines.invalidate([ref])
-                delivered = sorted(self.timelines.read(ref))
+                delivered = yield from blocking(
+                    "a displaced timeline", functools.partial(self._regenerated, user)
+                )
+
+    def _regenerated(self, user: str) -> list[str]:
+        """``user``'s timeline dropped and read again (rebuilt from the store), ascending."""
+        ref = ListRef(ListKind.TIMELINE, user)
+        self.timelines.invalidate([ref])
+        return sorted(self.timelines.read(ref))
 
     def kept_from(self, ascending: list[str]) -> str:
         """The member down to which a timeline is known to be whole: "" if it holds fewer than
