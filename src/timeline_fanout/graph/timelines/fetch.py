@@ -44,8 +44,10 @@ thread puts R only after the read that found it completed (t0), and another thre
 built from R after taking it out, so that batch is sent after t0, which is all the argument uses
 of "this process". The memory's lock orders the two.
 
-Not thread-safe (neither is ``MemcacheCluster``): one fetcher per thread or task; only its
-``ReadMemory`` may be shared.
+A fetcher makes plans (graph/timelines/plan.py) and sends nothing itself: the executor of a
+plan sends its multi-GETs and runs its blocking steps (a list read the long way, with the
+lists' own connections). Its lists' statistics are not locked: one fetcher per thread or task;
+only its ``ReadMemory`` may be shared.
 """
 
 from __future__ import annotations
