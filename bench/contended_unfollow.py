@@ -11,6 +11,7 @@ from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.lists.tokens import Change
 from timeline_fanout.memcache import MemcacheCluster
 
 WRITERS = 8
@@ -79,7 +80,7 @@ def _tombstones(s: Settings, seconds: float) -> Row:
         lists = wiring.list_store(s, wiring.edge_store(s))
 
         def op(member: str, add: bool) -> int:
-            lists.apply({ref: [(add, member, time.time_ns())]})
+            lists.apply({ref: [Change(add, member, time.time_ns())]})
             return 0
 
         return op

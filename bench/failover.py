@@ -29,7 +29,7 @@ from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
-from timeline_fanout.graph.lists.tokens import token
+from timeline_fanout.graph.lists.tokens import Change, token
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -87,12 +87,12 @@ class Load:
             self.pos += 1
             a, b = self.rng.sample(self.users, 2)
             changes.append(EdgeChange(a, b, self.rng.random() < 0.8, self.pos))
-        tokens: dict[ListRef, list[tuple[bool, str, int]]] = {}
+        tokens: dict[ListRef, list[Change]] = {}
         for c in self.store.apply(changes):
             followers = ListRef(ListKind.FOLLOWERS, c.followee)
-            tokens.setdefault(followers, []).append((c.active, c.follower, c.pos))
+            tokens.setdefault(followers, []).append(Change(c.active, c.follower, c.pos))
             following = ListRef(ListKind.FOLLOWING, c.follower)
-            tokens.setdefault(following, []).append((c.active, c.followee, c.pos))
+            tokens.setdefault(following, []).append(Change(c.active, c.followee, c.pos))
         self.lists.apply(tokens)
 
     def phase(self, seconds: float) -> dict[str, float]:

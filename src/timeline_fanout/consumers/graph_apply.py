@@ -42,10 +42,11 @@ from timeline_fanout.consumers.positions import Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
 from timeline_fanout.graph import EdgeChange, EdgeGraph, ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.counts import CountSource, list_counts
+from timeline_fanout.graph.lists.tokens import Change
 from timeline_fanout.schemas import Follow, Unfollow, UserRemoved
 
 GRAPH_EVENTS = (Follow, Unfollow, UserRemoved)
-Ops = dict[ListRef, list[tuple[bool, str, int]]]
+Ops = dict[ListRef, list[Change]]
 
 
 @dataclass(slots=True)
@@ -113,11 +114,11 @@ class GraphApplier:
             recorded.stale.update(ListRef(ListKind.TIMELINE, u) for u in removed.followers)
             for follower in removed.followers:
                 recorded.removed_ops.setdefault(ListRef(ListKind.FOLLOWING, follower), []).append(
-                    (False, user, pos)
+                    Change(False, user, pos)
                 )
             for followee in removed.following:
                 recorded.removed_ops.setdefault(ListRef(ListKind.FOLLOWERS, followee), []).append(
-                    (False, user, pos)
+                    Change(False, user, pos)
                 )
         return recorded
 
@@ -166,11 +167,11 @@ class GraphApplier:
 def _ops(changes: Iterable[EdgeChange]) -> Ops:
     """Tokens grouped per list by user first, so a list reference is made once per list rather
     than per change."""
-    followers: dict[str, list[tuple[bool, str, int]]] = defaultdict(list)
-    following: dict[str, list[tuple[bool, str, int]]] = defaultdict(list)
+    followers: dict[str, list[Change]] = defaultdict(list)
+    following: dict[str, list[Change]] = defaultdict(list)
     for change in changes:
-        followers[change.followee].append((change.active, change.follower, change.pos))
-        following[change.follower].append((change.active, change.followee, change.pos))
+        followers[change.followee].append(Change(change.active, change.follower, change.pos))
+        following[change.follower].append(Change(change.active, change.followee, change.pos))
     ops: Ops = {ListRef(ListKind.FOLLOWERS, user): o for user, o in followers.items()}
     ops.update({ListRef(ListKind.FOLLOWING, user): o for user, o in following.items()})
     return ops

@@ -24,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.shared_reads import SharedReads
-from timeline_fanout.graph.lists.tokens import DecodedList, encode, split_tokens
+from timeline_fanout.graph.lists.tokens import Change, DecodedList, encode, split_tokens
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
@@ -344,8 +344,8 @@ class TokenLists(Generic[L]):
 
     # -- writes ------------------------------------------------------------------------------
 
-    def apply(self, changes: Mapping[ListRef, Sequence[tuple[bool, str, int]]]) -> WriteResult:
-        """Append ``(add, member, position)`` tokens to many lists. The edge store must already
+    def apply(self, changes: Mapping[ListRef, Sequence[Change]]) -> WriteResult:
+        """Append the tokens of these changes to many lists. The edge store must already
         hold these changes."""
         return self.append_tokens({ref: encode(ops) for ref, ops in changes.items() if ops})
 

@@ -43,6 +43,14 @@ class Token(NamedTuple):
     add: bool
 
 
+class Change(NamedTuple):
+    """One change to write to a list: ``member`` added (or removed) at position ``pos``."""
+
+    add: bool
+    member: str
+    pos: int
+
+
 _tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code; this is one C call
 
 
@@ -62,8 +70,8 @@ def token(add: bool, member: str, pos: int | None = None) -> bytes:
     return head + b" " if pos is None else b"%s#%x " % (head, pos)
 
 
-def encode(ops: Iterable[tuple[bool, str, int]]) -> bytes:
-    """Tokens for ``(add, member, position)`` changes."""
+def encode(ops: Iterable[Change]) -> bytes:
+    """Tokens for these changes."""
     return b"".join(token(add, member, pos) for add, member, pos in ops)
 
 
