@@ -118,3 +118,14 @@ def test_a_warm_author_page_is_the_blocking_page_in_two_multi_gets(pair: Pair) -
     assert len(pair.multi_gets) == 2  # the item, then the posts' bodies
     pages.invalidate(["ann"])
     assert asyncio.run(warm()) is None  # the item must be filled: the blocking read does it
+
+
+def test_an_item_holding_a_member_not_of_our_form_is_dropped_and_filled_again(
+    author: Author, cache: MemcacheCluster
+) -> None:
+    author.post(*(PostRecord("ann", f"p{i}", i, f"t{i}") for i in range(3)))
+    key = author.pages.keys(["ann"])[0]
+    cache.set_many({key: b"all 0000000000001!ann!p1 garbage"})
+    assert [p.post_id for p in author.pages.page("ann", 10, None).posts] == ["p2", "p1", "p0"]
+    value = cache.get_many([key])[key]
+    assert b"garbage" not in value and value.startswith(b"all ")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from timeline_fanout.graph.lists.tokens import CorruptMember
 from timeline_fanout.graph.model.edges import PostKey, PostRecord, PostStore
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
@@ -105,8 +106,17 @@ class AuthorPages:
     def paging(self, user: str, limit: int, cursor: str | None) -> Plan[AuthorPage]:
         """A page as a plan (graph/timelines/plan.py). Raises ``BadCursor`` for a cursor that
         is not a timeline cursor. Posts whose bodies say deleted are skipped and the page reads
-        on (the item may not have seen the deletion yet)."""
+        on (the item may not have seen the deletion yet). An item holding a member not of our
+        form (bytes corrupted outside: every writer here writes members through
+        ``TimelineEntry``) is dropped and filled again, as a corrupt timeline is."""
         before = None if cursor is None else TimelineEntry.from_cursor(cursor)
+        try:
+            return (yield from self._paged(user, limit, before))
+        except CorruptMember:
+            yield from blocking("a corrupt author item", lambda: self.invalidate([user]))
+            return (yield from self._paged(user, limit, before))
+
+    def _paged(self, user: str, limit: int, before: TimelineEntry | None) -> Plan[AuthorPage]:
         newest = yield from self._newest(user)
         gone: set[str] = set()
         while True:  # each round reads past the deleted posts the last one found
