@@ -6,6 +6,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,41 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def checkout(source: Path, results: Path) -> dict[str, Any]:
+    """The commit of the checkout ``source`` (a benchmark's file) is in, so a figure can be
+    traced to the code it measured.
+
+    ``commit`` is ``git rev-parse --short HEAD``; ``dirty`` is true when tracked files differ
+    from it, ``results`` aside (earlier runs rewrite their JSON there, which changes no measured
+    code). Both are ``None`` when git is missing or ``source`` is not tracked by a repository
+    (an unpacked tree, or one unpacked inside some other repository): the benchmarks still run,
+    and the figures say the commit was not recorded.
+    """
+    here = source.resolve()
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(here.parent), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    try:
+        git("ls-files", "--error-unmatch", here.name)
+        commit = git("rev-parse", "--short", "HEAD")
+        top = Path(git("rev-parse", "--show-toplevel")).resolve()
+        ignored = []
+        if results.resolve().is_relative_to(top):
+            ignored = [f":(top,exclude){results.resolve().relative_to(top).as_posix()}"]
+        changes = git("status", "--porcelain", "--untracked-files=no", "--", ":/", *ignored)
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(changes)}
 
 
 def peak_rss_mib() -> float:
@@ -75,6 +111,7 @@ class Report:
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "peak_rss_mib": peak_rss_mib(),
             "rows": self.rows,
+            **checkout(Path(__file__), self.out),
         }
         path = self.out / f"{self.name}.json"
         path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
