@@ -70,7 +70,20 @@ def blocking(what: str, run: Callable[[], T]) -> Plan[T]:
 
 
 def run_blocking(plan: Plan[T], cache: Cache) -> T:
-    """The plan's result, its multi-GETs sent with ``cache`` and its blocking steps run here."""
+    """Runs ``plan`` to its end on this thread.
+
+    Args:
+        plan: A plan, started or not (a generator that has not yielded yet).
+        cache: The client its multi-GETs are sent with (its blocking steps bring their own
+            connections).
+
+    Returns:
+        The plan's result.
+
+    Raises:
+        Exception: Whatever the plan raises, including a failure answering one of its steps
+            that it does not handle itself.
+    """
     answer: Any = None
     failure: BaseException | None = None
     while True:

@@ -117,7 +117,22 @@ class TimelineReader:
         self.author_pages = AuthorPages(timelines.cache, store, timelines.keys, self.bodies, heal_s)
 
     def page(self, user: str, limit: int = 50, cursor: str | None = None) -> TimelinePage:
-        """``paging``'s page, read with this reader's connections."""
+        """A page of ``user``'s home timeline, read with this reader's connections (``paging``
+        run by ``run_blocking``): what ``fanout timeline`` and the API's request threads serve.
+
+        Args:
+            user: The reader's id.
+            limit: Entries on the page (one more is read to know whether an older page exists).
+            cursor: A page's ``next``, for the entries older than its last one; None for the
+                newest.
+
+        Returns:
+            The page, newest first, with each entry's post text (None for a post without one)
+            and the cursor of the next page (None at the end).
+
+        Raises:
+            BadCursor: ``cursor`` is not one of ours.
+        """
         return run_blocking(self.paging(user, limit, cursor), self.timelines.cache)
 
     def paging(
