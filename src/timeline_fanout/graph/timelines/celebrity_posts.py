@@ -126,11 +126,24 @@ class CelebrityPosts:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    def _cached_set(self, reader: str, found: Mapping[bytes, Item]) -> frozenset[str] | None:
+        """The celebrity set from ``reader``'s copy in ``found``; None if absent or not ours."""
+        item = found.get(self.set_key(reader))
+        return None if item is None else _names(item.value)
+
+    def _cached_posts(
+        self, authors: Sequence[str], found: Mapping[bytes, Item], first: int | None
+    ) -> list[Recent | None]:
+        """Each author's posts from their item in ``found``; None where absent or not ours."""
+        return [
+            None if (item := found.get(key)) is None else _split(item.value, first)
+            for key in self.keys(authors)
+        ]
+
     def celebrity_set(self, reader: str, found: Mapping[bytes, Item]) -> Plan[frozenset[str]]:
         """``celebrities`` as a plan's step (graph/timelines/plan.py): a blocking step only
         when ``found`` lacks ``reader``'s copy."""
-        item = found.get(self.set_key(reader))
-        names = None if item is None else _names(item.value)
+        names = self._cached_set(reader, found)
         if names is None:
             names = yield from blocking(
                 "the celebrity set", lambda: self.celebrities(reader, found)
@@ -141,11 +154,10 @@ class CelebrityPosts:
         """The celebrity set from ``reader``'s copy in ``found`` (a reader's multi-GET), else
         from the store, cached in that copy for the next readers (unless its server is
         unavailable)."""
-        key = self.set_key(reader)
-        item = found.get(key)
-        names = None if item is None else _names(item.value)
+        names = self._cached_set(reader, found)
         if names is not None:
             return names
+        key = self.set_key(reader)
         expire = self._expiry()
         names = frozenset(self._store.celebrities())
         if self._cache.available([key])[0]:
@@ -157,18 +169,12 @@ class CelebrityPosts:
     ) -> Plan[list[Recent]]:
         """``posts`` as a plan's step (graph/timelines/plan.py): a blocking step only when an
         item is missing from ``found`` or not ours."""
-        result = []
-        for key in self.keys(authors):
-            item = found.get(key)
-            recent = None if item is None else _split(item.value, first)
-            if recent is None:
-                return (
-                    yield from blocking(
-                        "celebrity posts", lambda: self.posts(authors, found, first)
-                    )
-                )
-            result.append(recent)
-        return result
+        cached = self._cached_posts(authors, found, first)
+        if None in cached:
+            return (
+                yield from blocking("celebrity posts", lambda: self.posts(authors, found, first))
+            )
+        return [recent for recent in cached if recent is not None]
 
     def dropping(self, authors: Sequence[str]) -> Plan[None]:
         """``drop`` as a plan's step."""
@@ -185,9 +191,8 @@ class CelebrityPosts:
         result: list[Recent] = []
         rebuilt: dict[bytes, bytes] = {}
         expire = self._expiry()
-        for author, key in zip(authors, keys, strict=True):
-            item = found.get(key)
-            recent = None if item is None else _split(item.value, first)
+        cached = self._cached_posts(authors, found, first)
+        for author, key, recent in zip(authors, keys, cached, strict=True):
             if recent is None:
                 members = self._posts(author)
                 rebuilt[key] = _joined(members)
