@@ -19,7 +19,7 @@ Things that are internals on purpose and would move with another redesign:
   (``ListSettings.lease_s``: longer than any schedule, so a claim expires only as an injected
   fault); a reader's wait for someone else's build is the cache's ``wait``, a virtual sleep;
 - the cache as each process sees it (``_ExploredCluster``, a ``MemcacheCluster`` subclass that
-  sets ``_clients``, ``_pipes`` and ``_ring`` itself): its own ``ServerTrust`` on the schedule's
+  sets ``_clients`` and ``_pipes`` itself): its own ``ServerTrust`` on the schedule's
   virtual clock (``World.now``: steps taken and virtual sleeps, never the wall clock), epochs
   from a counter, servers named ``s0``, ``s1``, ... so that keys land on the same server in every
   session whatever its ports, waits (a revocation's lease, a fresh epoch's) made virtual
@@ -68,7 +68,7 @@ from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
-from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome, RendezvousRing
+from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import Item, ServerPipe
 from timeline_fanout.producers.publisher import DeliveryReport
@@ -99,7 +99,7 @@ PROJECT_API = (
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
     "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch)); "
-    "its wait/settle/available/checkpoint/missed, _clients/_pipes/_ring/_call; ServerPipe",
+    "its wait/settle/available/checkpoint/missed, _clients/_pipes/_call; ServerPipe",
     "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
 )
 
@@ -565,7 +565,6 @@ class _ExploredCluster(MemcacheCluster):
             pipe.close()
         self._clients = {a: self._clients[f"{h}:{p}"] for a, (h, p) in named.items()}
         self._pipes = {a: _CutPipe(a, addr, world, owner) for a, addr in named.items()}
-        self._ring = RendezvousRing(aliases)
         self._world = world
 
     def wait(self, seconds: float) -> None:

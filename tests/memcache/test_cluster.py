@@ -172,14 +172,14 @@ def test_a_lone_server_that_does_not_answer_fails_writes_and_misses_reads(
     assert dead.available([b"k"]) == [False]
 
 
-def test_placement_is_the_same_as_hashclients(cache: MemcacheCluster) -> None:
+def test_placement_is_hashclients_for_each_lists_key(cache: MemcacheCluster) -> None:
     from pymemcache.client.hash import HashClient
 
     servers = [(h, int(p)) for h, _, p in (s.rpartition(":") for s in cache.servers)]
     reference = HashClient(servers)
     for i in range(200):
         key = f"tf|fl|user{i}|abcd|{i % 7}"
-        node = reference.hasher.get_node(key)
+        node = reference.hasher.get_node(f"tf|fl|user{i}")  # a list's items go with its key
         assert cache.server_for(key.encode()) == node
 
 
@@ -219,30 +219,33 @@ def test_an_error_reply_closes_the_connection_and_the_next_call_starts_clean(
 def test_batch_placement_is_hashclients_for_any_number_of_servers() -> None:
     from pymemcache.client.rendezvous import RendezvousHash
 
-    from timeline_fanout.memcache.cluster import RendezvousRing
+    from timeline_fanout.memcache.ring import Placement, RingRecord
 
     for count in (1, 2, 3, 5):
         nodes = [f"10.0.0.{i}:11211" for i in range(count)]
         reference = RendezvousHash(nodes)  # pymemcache's own pure-Python murmur3
-        ring = RendezvousRing(nodes)
+        placement = Placement(RingRecord.of(nodes))
         keys = [b"tf|tl|user%d" % i for i in range(300)]
-        owners = ring.owners(keys)
-        assert [ring.nodes[o] for o in owners] == [reference.get_node(k.decode()) for k in keys]
+        owners = placement.owners(keys)
+        assert [placement.nodes[o] for o in owners] == [
+            reference.get_node(k.decode()) for k in keys
+        ]
 
 
 def test_remembered_placements_are_the_placements_across_batches_past_the_bound() -> None:
     from pymemcache.client.rendezvous import RendezvousHash
 
-    from timeline_fanout.memcache.cluster import RendezvousRing
+    from timeline_fanout.memcache.ring import Placement, RingRecord
 
     nodes = [f"10.0.0.{i}:11211" for i in range(3)]
     reference = RendezvousHash(nodes)
-    ring = RendezvousRing(nodes, remembered=50)  # overlapping batches outgrow it again and again
+    # overlapping batches outgrow the bound again and again
+    placement = Placement(RingRecord.of(nodes), remembered=50)
     for first in range(0, 400, 30):
         keys = [b"tf|tl|user%d" % i for i in range(first, first + 45)][::-1]
-        owners = ring.owners(keys + keys[:5])  # a repeat within the batch
+        owners = placement.owners(keys + keys[:5])  # a repeat within the batch
         expected = [reference.get_node(k.decode()) for k in keys + keys[:5]]
-        assert [ring.nodes[o] for o in owners] == expected
+        assert [placement.nodes[o] for o in owners] == expected
 
 
 def test_reads_take_values_by_length_whatever_bytes_they_hold(cache: MemcacheCluster) -> None:

@@ -8,7 +8,7 @@ awaits a future; replies come back in the order the pipelines were written, so t
 reader hands them out in that order. Under load one socket read brings the replies of several
 requests, so a read costs less than one system call per request.
 
-Placement is ``MemcacheCluster``'s (the same ``RendezvousRing``), commands are the same meta
+Placement is ``MemcacheCluster``'s (memcache/ring.py), commands are the same meta
 gets (``meta_get_pipeline``, asking for values alone: these reads never write back, so they
 need no CAS id or time to live) and replies are parsed by the same ``take_values``, so an item
 read here is the item the blocking client would have read.
@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from timeline_fanout.memcache.cluster import RendezvousRing
+from timeline_fanout.memcache.ring import MOVED, Placement
 from timeline_fanout.memcache.trust import ServerTrust, epoch_key
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
@@ -73,6 +73,7 @@ class _Part(NamedTuple):
     keys: list[bytes]
     payload: bytes  # their meta gets, each key with the server's epoch suffix
     suffix: bytes  # that suffix (memcache/trust.py): a plan is stale once it changes
+    placement: Placement | None = None  # the ring it was placed by: stale once that changes
 
 
 class _Call:
@@ -248,7 +249,6 @@ class AsyncMemcache:
         self._addresses = {f"{host}:{port}": (host, port) for host, port in servers}
         if not self._addresses:
             raise ValueError("no memcached servers configured")
-        self._ring = RendezvousRing(list(self._addresses))
         self._trust = trust = trust or ServerTrust.of(list(self._addresses.values()), timeout)
         self._timeout = trust.settings.timeout_s
         self._connections: dict[str, _Connection] = {}
@@ -288,16 +288,32 @@ class AsyncMemcache:
         asked = keys if isinstance(keys, tuple) else tuple(keys)
         if not asked:
             return (), []
+        placement = self._placement()
         plan = self._plans.get(asked)
-        if plan is None or self._outlived(plan):
+        if plan is None or self._outlived(plan) or plan[0].placement is not placement:
             await self._take_leases()
-            plan = self._plan(asked, remember)
+            plan = self._plan(asked, placement, remember)
         parts = await self._exchange(plan, expected, remember)
         if self._outlived(plan):  # a lease ran out while the replies came: are they current?
             await self._take_leases()
             if outlived := self._outlived(plan):
                 raise CacheUnavailable(f"memcached {outlived[0]}: its epoch changed mid-read")
+        if self._trust.ring.current() is not placement:
+            raise CacheUnavailable("memcached ring: its record changed or ran out mid-read")
         return plan, parts
+
+    def _placement(self) -> Placement:
+        """Where keys are now (memcache/ring.py); ``CacheUnavailable`` when this process's
+        ring lease ran out (a blocking client reads the record again: this loop never
+        waits on the shared place)."""
+        placement = self._trust.ring.current()
+        if placement is None:
+            raise CacheUnavailable("memcached ring: no lease on the ring record")
+        for node in placement.nodes:
+            if node not in self._addresses:
+                host, port = node.rsplit(":", 1)
+                self._addresses[node] = (host, int(port))
+        return placement
 
     def _outlived(self, plan: tuple[_Part, ...]) -> list[str]:
         """The servers of ``plan`` not under a lease on the epoch it was made with (replies
@@ -370,24 +386,39 @@ class AsyncMemcache:
             raise
         return parts
 
-    def _plan(self, keys: tuple[bytes, ...], remember: bool) -> tuple[_Part, ...]:
+    def _plan(
+        self, keys: tuple[bytes, ...], placement: Placement, remember: bool
+    ) -> tuple[_Part, ...]:
         """Per server (in ring order), its keys and their meta gets; if ``remember``, kept for
-        the next multi-GET of the same keys (placing a key costs a hash per server)."""
+        the next multi-GET of the same keys (placing a key costs a hash per server). A key
+        moving between servers (memcache/ring.py) makes the read ``CacheUnavailable``: the
+        blocking client answers it from the edge store."""
         unique = list(dict.fromkeys(keys))
-        mine: list[list[bytes]] = [[] for _ in self._ring.nodes]
-        for key, owner in zip(unique, self._ring.owners(unique), strict=True):
+        mine: list[list[bytes]] = [[] for _ in placement.nodes]
+        names: list[list[bytes]] = [[] for _ in placement.nodes]
+        renamed = placement.names(unique) if placement.renamed else {}
+        for key, owner in zip(unique, placement.owners(unique), strict=True):
+            if owner == MOVED:
+                raise CacheUnavailable("memcached ring: a key read is moving between servers")
             mine[owner].append(key)
+            names[owner].append(renamed.get(key, key))
         suffixes = {
             node: self._trust.epoch(node)
-            for node, part in zip(self._ring.nodes, mine, strict=True)
+            for node, part in zip(placement.nodes, mine, strict=True)
             if part
         }
         unusable = sorted(node for node, suffix in suffixes.items() if suffix is None)
         if unusable:
             raise CacheUnavailable(f"memcached {unusable[0]}: down, or no lease on its epoch")
         plan = tuple(
-            _Part(node, part, meta_get_pipeline(_suffixed(part, sfx), writable=False), sfx)
-            for node, part in zip(self._ring.nodes, mine, strict=True)
+            _Part(
+                node,
+                part,
+                meta_get_pipeline(_suffixed(named, sfx), writable=False),
+                sfx,
+                placement,
+            )
+            for node, part, named in zip(placement.nodes, mine, names, strict=True)
             if part and (sfx := suffixes[node]) is not None
         )
         if remember and len(keys) <= REMEMBERED_PLAN_KEYS // 64:

@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import compress, repeat
-from operator import add, eq, mod, mul
+from operator import eq
 from typing import Any, TypeVar
 
-import mmh3
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
+from timeline_fanout.memcache.ring import MOVED, Placement
 from timeline_fanout.memcache.trust import REVOKED, ServerTrust, epoch_key
 from timeline_fanout.memcache.wire import (
     NOT_READ,
@@ -55,7 +55,6 @@ __all__ = [
     "MemcacheCluster",
     "Outcome",
     "Refused",
-    "RendezvousRing",
 ]
 
 # memcached stops reading a connection whose replies are not being read, so one huge write
@@ -96,72 +95,13 @@ def _cas_ids(ids: list[bytes]) -> list[bytes]:
     return ids
 
 
-# Placements a ring remembers: 1M keys of 19-digit ids cost ~110 MB (the keys kept alive and
-# the dict), and cover the followers of the posts a fan-out process delivers at once.
-PLACEMENTS_REMEMBERED = 1 << 20
-
-
-class RendezvousRing:
-    """``HashClient``'s placement (pymemcache's ``RendezvousHash`` with murmur3 seed 0: a key
-    goes to the node with the greatest ``murmur3(f"{node}-{key}")``, a tie to the greater node
-    name), for a whole batch of keys at once: mmh3's C murmur3 and C-level iteration, because a
-    fan-out places every follower's timeline key."""
-
-    def __init__(self, nodes: Sequence[str], remembered: int = PLACEMENTS_REMEMBERED) -> None:
-        self.nodes = sorted(nodes)  # rank = position: a tie goes to the higher rank
-        self._prefixes = [node.encode("ascii") + b"-" for node in self.nodes]
-        self._remembered = remembered
-        self._placed: dict[bytes, int] = {}
-
-    def owners(self, keys: Sequence[bytes]) -> list[int]:
-        """The index in ``nodes`` of each key's server. Remembered (a pure function of the key
-        for a ring that never changes): a fan-out places the same followers' timeline keys for
-        every post of their followees, and a lookup costs a tenth of placing a key again."""
-        placed = self._placed
-        found = list(map(placed.get, keys))
-        if None not in found:
-            return found  # type: ignore[return-value]  # no None in it
-        new = [key for key, owner in zip(keys, found, strict=True) if owner is None]
-        owners = self._place(new)
-        if len(placed) + len(new) > self._remembered:
-            placed.clear()  # the working set outgrew the bound: start again from this batch
-        placed.update(zip(new, owners, strict=True))
-        fill = iter(owners)
-        return [next(fill) if owner is None else owner for owner in found]
-
-    def _place(self, keys: Sequence[bytes]) -> list[int]:
-        count = len(self.nodes)
-        if count == 1:
-            return [0] * len(keys)
-        ranked = [  # score * count + rank: the max is the winner, ties included
-            map(
-                add,
-                map(mul, map(mmh3.mmh3_32_uintdigest, map(prefix.__add__, keys)), repeat(count)),
-                repeat(rank),
-            )
-            for rank, prefix in enumerate(self._prefixes)
-        ]
-        return list(map(mod, map(max, *ranked), repeat(count)))
-
-    def split(
-        self, keys: Sequence[bytes], *columns: Sequence[T]
-    ) -> list[tuple[list[bytes], list[list[T]]]]:
-        """Per node: its keys, and the items of each column aligned with them, in order."""
-        owners = self.owners(keys)
-        split = []
-        for node in range(len(self.nodes)):
-            mine = list(map(eq, owners, repeat(node)))
-            split.append((list(compress(keys, mine)), [list(compress(c, mine)) for c in columns]))
-        return split
-
-
 @dataclass(frozen=True, slots=True)
 class _Job:
     """Commands for many keys: ``build(keys, *columns)`` makes one pipeline's bytes for a slice
     of ``keys`` (epoch suffix included) and of the columns aligned with them. A ``quiet`` job's
     ``build(keys, suffix)`` appends the suffix itself (inside its one join), and its replies
-    are read up to ``MN`` and returned with the suffix, ``(replies, suffix)``, for
-    ``ServerPipe.refusals``."""
+    are read up to ``MN`` and returned with the suffix and the keys sent under another name
+    (by name), ``(replies, suffix, keys)``, for ``ServerPipe.refusals``."""
 
     build: Callable[..., bytes]
     keys: Sequence[bytes]
@@ -191,7 +131,7 @@ class _Job:
         if self.values:
             return [None] * len(keys)
         if self.quiet:
-            return b"".join([b"NS k%s\r\n" % k for k in keys]), b""
+            return b"".join([b"NS k%s\r\n" % k for k in keys]), b"", {}
         return (self.absent or b"EN\r\n") * len(keys)
 
 
@@ -225,26 +165,41 @@ class MemcacheCluster:
         self._trust = trust = trust or ServerTrust.of(servers, timeout)
         self._unanswered_seq = 0  # exchanges left unanswered, counted (``checkpoint``)
         self._unanswered_at: dict[str, int] = {}  # per server, the count at its last one
-        timeout = trust.settings.timeout_s
         self._clients: dict[str, Client] = {}
         self._pipes: dict[str, ServerPipe] = {}
         for host, port in servers:
-            name = f"{host}:{port}"
-            self._clients[name] = Client(
-                (host, port),
-                connect_timeout=timeout,
-                timeout=timeout,
-                default_noreply=False,
-                no_delay=True,
-            )
-            self._pipes[name] = ServerPipe(host, port, timeout)
+            self._connect(f"{host}:{port}")
         if not self._clients:
             raise ValueError("no memcached servers configured")
-        self._ring = RendezvousRing(list(self._clients))
+        # Parses the replies made up for moving keys (memcache/ring.py); never connected.
+        self._nowhere = ServerPipe("moving", 0, trust.settings.timeout_s)
 
     @property
     def servers(self) -> list[str]:
         return list(self._clients)
+
+    def _placement(self) -> Placement | None:
+        """Where keys are now (memcache/ring.py), with the servers a newer ring record names
+        connected; None when this process cannot know (its ring lease ran out and the record
+        cannot be read): then no key may be used."""
+        placement = self._trust.ring.renewed()
+        if placement is not None:
+            for node in placement.nodes:
+                if node not in self._pipes:
+                    self._connect(node)
+        return placement
+
+    def _connect(self, node: str) -> None:
+        host, port = node.rsplit(":", 1)
+        timeout = self._trust.settings.timeout_s
+        self._clients[node] = Client(
+            (host, int(port)),
+            connect_timeout=timeout,
+            timeout=timeout,
+            default_noreply=False,
+            no_delay=True,
+        )
+        self._pipes[node] = ServerPipe(host, int(port), timeout)
 
     @property
     def trust(self) -> ServerTrust:
@@ -252,13 +207,21 @@ class MemcacheCluster:
 
     def available(self, keys: Sequence[bytes]) -> list[bool]:
         """Per key, whether its server may be used now (up, under a lease; the guards are read
-        for servers whose lease ran out). A read path answers the others from the edge store
-        and writes nothing for them."""
-        usable = {node: self._usable(node) is not None for node in self._ring.nodes}
-        return [usable[self._ring.nodes[owner]] for owner in self._ring.owners(keys)]
+        for servers whose lease ran out) and it is not moving between servers. A read path
+        answers the others from the edge store and writes nothing for them."""
+        placement = self._placement()
+        if placement is None:
+            return [False] * len(keys)
+        usable = [self._usable(node) is not None for node in placement.nodes]
+        return [owner != MOVED and usable[owner] for owner in placement.owners(keys)]
 
     def server_for(self, key: bytes) -> str:
-        return self._ring.nodes[self._ring.owners([key])[0]]
+        """The server ``key`` is on (``ValueError`` while it moves)."""
+        placement = self._placement()
+        owner = MOVED if placement is None else placement.owners([key])[0]
+        if placement is None or owner == MOVED:
+            raise ValueError(f"{key!r} is moving between servers")
+        return placement.nodes[owner]
 
     def checkpoint(self) -> int:
         """A mark to pass to ``missed``: the exchanges left unanswered so far."""
@@ -268,8 +231,15 @@ class MemcacheCluster:
         """A writer skipped ``keys``: those whose server left an exchange unanswered after
         ``since`` (a ``checkpoint``), or is unavailable now, may have been skipped because of
         it (a read that decides a write missed them), so that server missed writes and is
-        revoked, as if they had been sent (``CacheUnavailable`` if nothing can record it)."""
-        for node in sorted({self._ring.nodes[o] for o in self._ring.owners(keys)}):
+        revoked, as if they had been sent (``CacheUnavailable`` if nothing can record it). A
+        key moving between servers raises ``CacheUnavailable``: the write must be made again
+        once this process uses the ring's next state (memcache/ring.py)."""
+        placement = self._placement()
+        owners = [MOVED] * len(keys) if placement is None else placement.owners(keys)
+        if MOVED in owners:
+            raise CacheUnavailable("memcached ring: keys written are moving between servers")
+        assert placement is not None  # no owner is MOVED
+        for node in sorted({placement.nodes[o] for o in owners}):
             if self._unanswered_at.get(node, 0) > since or self._usable(node) is None:
                 self._revoke(node)
 
@@ -279,24 +249,44 @@ class MemcacheCluster:
         servers work through what is queued, across jobs. Reads that bring values back keep
         one write in flight (their replies are big; a second write could stall against them).
         Returns, per pipeline, its job's index, server, keys and replies (raw reply lines, or
-        the values read). Each key is sent with its server's epoch suffix.
+        the values read). Each key is sent under its name (memcache/ring.py) with its
+        server's epoch suffix.
 
         A server that is unavailable, or fails during the exchange, gets nothing more: its
         pipelines are answered as a server holding nothing would answer them, the server is
         marked down (a failure closes its connection with its replies unread), and if any of
-        them wrote, its epoch is revoked before this returns (memcache/trust.py)."""
+        them wrote, its epoch is revoked before this returns (memcache/trust.py).
+
+        A key moving between servers (memcache/ring.py) is read as missing; a write to one is
+        not sent, and raises ``CacheUnavailable`` once the rest is done: the writer's batch
+        must wait for this process's next ring state, and is made again then."""
+        placement = self._placement()
+        nodes = placement.nodes if placement is not None else []
         queues: dict[str, deque[tuple[int, list[bytes], list[list[Any]]]]] = {
-            node: deque() for node in self._ring.nodes
+            node: deque() for node in nodes
         }
+        done: list[tuple[int, ServerPipe, list[bytes], Any]] = []
+        names: dict[bytes, bytes] = {}  # the keys sent under another name (memcache/ring.py)
+        unwritten = False  # a write to a key moving between servers was not sent
         for index, job in enumerate(jobs):
-            split = self._ring.split(job.keys, *job.columns)
-            for node, (mine, cols) in zip(self._ring.nodes, split, strict=True):
+            if placement is None:
+                owners = [MOVED] * len(job.keys)
+            else:
+                owners = placement.owners(job.keys)
+                names.update(placement.names(job.keys))
+            if MOVED in owners:  # answered as no server: it holds nothing, keeps nothing
+                moving = [k for k, o in zip(job.keys, owners, strict=True) if o == MOVED]
+                done.append((index, self._nowhere, moving, job.unanswered(moving)))
+                unwritten = unwritten or job.absent is not None
+            for at, node in enumerate(nodes):
+                mine = list(map(eq, owners, repeat(at)))
+                keys = list(compress(job.keys, mine))
+                cols = [list(compress(c, mine)) for c in job.columns]
                 queues[node].extend(
-                    (index, mine[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
-                    for i in range(0, len(mine), PIPELINE)
+                    (index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
+                    for i in range(0, len(keys), PIPELINE)
                 )
         suffixes: dict[str, bytes] = {}
-        done: list[tuple[int, ServerPipe, list[bytes], Any]] = []
         lost: set[str] = set()  # servers that missed a write
         for node, queue in queues.items():
             suffix = self._usable(node) if queue else b""
@@ -322,10 +312,11 @@ class MemcacheCluster:
                         index, mine, cols = queue.popleft()
                         flying[node].append((index, mine))
                         suffix = suffixes[node]
+                        named = [names.get(k, k) for k in mine] if names else mine
                         if jobs[index].quiet:
-                            self._pipes[node].send(jobs[index].build(mine, suffix))
+                            self._pipes[node].send(jobs[index].build(named, suffix))
                             continue
-                        sent = [k + suffix for k in mine] if suffix else mine
+                        sent = [k + suffix for k in named] if suffix else named
                         pipe = self._pipes[node]
                         pipe.send(jobs[index].build(sent, *jobs[index].on(cols, pipe.connect())))
                 except CacheUnavailable:
@@ -338,7 +329,8 @@ class MemcacheCluster:
                 job = jobs[index]
                 try:
                     if job.quiet:
-                        replies: Any = (pipe.receive_quiet(), suffixes[node])
+                        back = {names[k]: k for k in mine if k in names} if names else {}
+                        replies: Any = (pipe.receive_quiet(), suffixes[node], back)
                     elif job.values:
                         replies = pipe.receive_values(len(mine))
                     else:
@@ -356,6 +348,8 @@ class MemcacheCluster:
             self._unanswered(node, again, jobs, done, lost)
         for node in sorted(lost):
             self._revoke(node)
+        if unwritten:
+            raise CacheUnavailable("memcached ring: keys written are moving between servers")
         return done
 
     def _outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
@@ -406,7 +400,7 @@ class MemcacheCluster:
             return b""
         for _ in range(2):  # again if a guard was slow: it is down now, and skipped
             taken = trust.clock()
-            copies = self._guard_copies(node)
+            copies = self._given_new_guards(node, self._guard_copies(node))
             if not copies:
                 return None
             epoch = trust.agreed([item.value if item else None for item in copies.values()])
@@ -419,10 +413,30 @@ class MemcacheCluster:
                 return suffix
         return None
 
+    def _given_new_guards(
+        self, node: str, copies: dict[str, Item | None]
+    ) -> dict[str, Item | None]:
+        """While the ring moves, ``node``'s guards new in the target version that hold no copy
+        of its epoch are given (by ADD) the one its old guards agree on, and ``copies`` read
+        again; otherwise ``copies`` as they are. Never a copy where the old guards disagree
+        or hold a revocation: that goes the usual way (a fresh epoch once revoked). A
+        revocation written meanwhile by a process still at the old version lands on the old
+        guards only, and the copies then disagree for every process that reads them all."""
+        empty = [g for g in self._trust.new_guards(node) if g in copies and copies[g] is None]
+        if not empty:
+            return copies
+        old = [copies[g] for g in copies if g not in empty]
+        epoch = self._trust.agreed([item.value if item else None for item in old])
+        if epoch is None:
+            return copies
+        job = _Job(_add_one, [epoch_key(node)], ([epoch],), absent=_STORED_LINE)
+        self._write_guards(node, dict.fromkeys(empty, job))
+        return self._guard_copies(node)
+
     def _probe(self, node: str) -> bool:
         """Whether ``node`` answers now (``mn``, the meta no-op); a server stopped with SIGSTOP
         accepts the connection and times out here."""
-        pipe = self._pipes[node]
+        pipe = self._pipe(node)
         try:
             pipe.send(b"mn\r\n")
             if pipe.receive(1) != b"MN\r\n":
@@ -439,7 +453,7 @@ class MemcacheCluster:
         guard does not answer (it is then down) or is down and not yet due for a probe."""
         if self._trust.is_down(guard):
             return None
-        pipe = self._pipes[guard]
+        pipe = self._pipe(guard)
         try:
             pipe.send(job.build(job.keys, *job.on(job.columns, pipe.connect())))
             if job.values:
@@ -522,7 +536,14 @@ class MemcacheCluster:
         until = trust.revoked(node, tuple(values), trust.clock())
         self.wait(until - trust.clock())
 
+    def _pipe(self, node: str) -> ServerPipe:
+        """``node``'s pipe, connected first if a newer ring record named it."""
+        if node not in self._pipes:
+            self._connect(node)
+        return self._pipes[node]
+
     def _call(self, server: str, method: str, *args: Any) -> Any:
+        self._pipe(server)
         client = self._clients[server]
         try:
             return getattr(client, method)(*args)
@@ -585,9 +606,10 @@ class MemcacheCluster:
         refused: list[Refused] = []
         for index, pipe, mine, replies in self._pipelined(jobs):
             if jobs[index].quiet:
-                raw, suffix = replies
+                raw, suffix, back = replies
                 refused += [
-                    Refused(index, k, Outcome.NOT_STORED) for k in pipe.refusals(raw, suffix)
+                    Refused(index, back.get(k, k), Outcome.NOT_STORED)
+                    for k in pipe.refusals(raw, suffix)
                 ]
                 continue
             outcomes = pipe.outcomes(replies, len(mine))
@@ -662,7 +684,7 @@ class MemcacheCluster:
         answers is this ``CacheUnavailable`` (naming the first)."""
         found: dict[str, str] = {}
         failures: list[CacheUnavailable] = []
-        for server in self._clients:
+        for server in self._trust.servers:
             try:
                 found[server] = self._call(server, "version").decode("ascii", "replace")
             except CacheUnavailable as exc:
@@ -687,7 +709,7 @@ class MemcacheCluster:
         not after a few of them."""
         bounds = self._trust.settings
         deadline = self._trust.clock() + 3 * bounds.lease_s + 2 * bounds.timeout_s
-        while (waiting := [s for s in self._clients if self._usable(s) is None]) and (
+        while (waiting := [s for s in self._trust.servers if self._usable(s) is None]) and (
             self._trust.clock() < deadline
         ):
             self.wait(bounds.lease_s / 10)

@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from timeline_fanout.memcache.ring import RingRecord, RingView
+
 __all__ = ["REVOKED", "Lease", "ServerTrust", "TrustSettings", "epoch_key"]
 
 REVOKED = b"revoked"  # the prefix of a revocation's value: b"revoked:{random}"
@@ -90,8 +92,9 @@ class ServerTrust:
         settings: TrustSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         new_epoch: Callable[[], bytes] = lambda: secrets.token_hex(4).encode("ascii"),
+        ring: RingView | None = None,
     ) -> None:
-        self.servers = sorted(servers)
+        self.ring = ring or RingView(RingRecord.of(servers))
         self.settings = settings or TrustSettings()
         self.clock = clock
         self.new_epoch = new_epoch
@@ -108,15 +111,35 @@ class ServerTrust:
         return cls([f"{host}:{port}" for host, port in servers], bounds)
 
     @property
+    def servers(self) -> list[str]:
+        """The servers this process may use in its ring state (memcache/ring.py): while the
+        ring moves, those of both versions."""
+        return _used(self.ring.record)
+
+    @property
     def guarded(self) -> bool:
         """Whether epochs are in use (two servers or more)."""
         return len(self.servers) > 1
 
     def guards(self, server: str) -> list[str]:
-        """The next one (two servers) or two servers after ``server`` in ring order."""
-        at = self.servers.index(server)
-        count = min(2, len(self.servers) - 1)
-        return [self.servers[(at + step) % len(self.servers)] for step in range(1, count + 1)]
+        """The next one (two servers) or two servers after ``server`` in ring order. While the
+        ring moves, its guards in both versions: a process still stable at the old version
+        reads and revokes on the old guards, one already stable at the new version on the new
+        ones, and a moving process, which meets both, on all of them."""
+        found: list[str] = []
+        for ring in _rings_used(self.ring.record):
+            found += [g for g in _ring_guards(ring, server) if g not in found]
+        return found
+
+    def new_guards(self, server: str) -> list[str]:
+        """While the ring moves, ``server``'s guards in the new version that do not guard it in
+        the old one: they hold no copy of its epoch yet, and are given the old guards' agreed
+        copy rather than a fresh epoch, which would make the server look empty."""
+        record = self.ring.record
+        if not record.moving:
+            return []
+        old = _ring_guards(record.rings[-2], server)
+        return [g for g in _ring_guards(record.rings[-1], server) if old and g not in old]
 
     # -- down and up ---------------------------------------------------------------------------
 
@@ -188,3 +211,21 @@ class ServerTrust:
         first = seen[0] if seen is not None and seen[1] == copies else at
         self._revoked_seen[server] = (first, copies)
         return first + self.settings.lease_s
+
+
+def _rings_used(record: RingRecord) -> tuple[tuple[str, ...], ...]:
+    return record.rings[-2:] if record.moving else record.rings[-1:]
+
+
+def _used(record: RingRecord) -> list[str]:
+    return sorted({node for ring in _rings_used(record) for node in ring})
+
+
+def _ring_guards(ring: Sequence[str], server: str) -> list[str]:
+    """The next one (two servers) or two servers after ``server`` in ``ring``'s order; none
+    when it is not in ``ring``."""
+    if server not in ring:
+        return []
+    at = ring.index(server)
+    count = min(2, len(ring) - 1)
+    return [ring[(at + step) % len(ring)] for step in range(1, count + 1)]

@@ -1,0 +1,285 @@
+"""Which server holds each key, under a ring that grows and shrinks while every process runs.
+
+The ring is a **record** every process reads from one shared place (``RingSource``; the edge
+store in production): the servers of every version so far, and whether the newest version is
+still being **moved to**. A process uses the record it read for ``lease_s``, then reads it again
+(``RingView``); the operator's change (``fanout ring change``) waits a whole lease plus the
+longest exchange between its steps, so at any moment the processes hold at most two
+*neighbouring* states of the record:
+
+1. **stable at R**: every key is on its owner in R;
+2. **moving from R to S**: a key whose owner is the same in R and S is used as in both; a key
+   whose owner differs (*moved*) is **unavailable** (as the keys of a down server are,
+   memcache/trust.py): reads miss it and answer from the edge store, writes are not sent, and a
+   writer that skipped it must not commit (``Cache.missed`` raises ``CacheUnavailable``, the
+   batch is retried until the process reads the next state);
+3. **stable at S**.
+
+Why this is exact: in states 1 and 2 together, the moved keys' copies on R are read only by
+processes in state 1, and written by them alone (state 2 writes none of them, and its writers
+retry); the write a retrying writer has not made is one not yet applied, as under consumer lag.
+In states 2 and 3 together, the copies on S are read and written by state 3 alone: they are
+built through the lists' fence from the edge store, and a retried write of a state-2 writer
+reaches them once its process moves on. States 1 and 3 never meet. No process ever needs to know
+another's state, and no ordering of the processes' switches matters.
+
+**Names.** A key's name on its server carries the first version of the unbroken run of versions
+in which that server has owned it (``~{version}``, left out for a run as old as the history):
+a key that moves away and back later is asked under a new name, so the copy it left behind,
+which missed every write meanwhile, is never read again, and nothing needs flushing. Only the
+moved keys go cold.
+
+**Families.** All the keys of one list (its head, shards and counters: ``{ns}|{kind}|{user}``
+and its ``|``-separated parts) are placed by the list's key, so a list moves whole: a list is
+never half on a moved server and half not.
+
+Placement is pymemcache ``HashClient``'s rendezvous hash (murmur3 seed 0 of ``{node}-{key}``,
+the greatest wins, a tie to the greater node name), over the families.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import add, mod, mul
+from typing import Protocol
+
+import mmh3
+
+__all__ = [
+    "MOVED",
+    "Placement",
+    "RingRecord",
+    "RingSource",
+    "RingView",
+    "family",
+]
+
+MOVED = -1  # the owner of a key that is moving between servers: no server may be used
+SEP = b"|"
+NAME_MARK = b"~"  # outside the id alphabet, the namespace's and ``|``: names stay injective
+# Placements a ring remembers: 1M keys of 19-digit ids cost ~110 MB (the keys kept alive and
+# the dict), and cover the followers of the posts a fan-out process delivers at once.
+PLACEMENTS_REMEMBERED = 1 << 20
+
+
+def family(key: bytes) -> bytes:
+    """The key a key is placed by: its first three ``|``-separated parts (a list's key for
+    each of the list's items), or the whole key when it has no more."""
+    at = key.find(SEP, key.find(SEP, key.find(SEP) + 1) + 1)
+    return key if at < 0 else key[:at]
+
+
+@dataclass(frozen=True, slots=True)
+class RingRecord:
+    """Every version's servers, oldest first (version ``first`` + index), and whether the
+    newest is still being moved to.
+
+    Invariants: at least one version; each has at least one server; a moving record has at
+    least two versions."""
+
+    rings: tuple[tuple[str, ...], ...]
+    first: int = 1
+    moving: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.rings or not all(self.rings):
+            raise ValueError("a ring record needs at least one version, each with a server")
+        if self.moving and len(self.rings) < 2:
+            raise ValueError("a ring can only move from an earlier version")
+        if any(ring != tuple(sorted(set(ring))) for ring in self.rings):
+            raise ValueError("each version's servers are sorted and distinct")
+
+    @classmethod
+    def of(cls, servers: Sequence[str]) -> RingRecord:
+        """A first version: ``servers`` (host:port) as they are configured."""
+        return cls((tuple(sorted(servers)),))
+
+    @property
+    def version(self) -> int:
+        return self.first + len(self.rings) - 1
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The newest version's servers (the target while moving)."""
+        return self.rings[-1]
+
+    def moved_to(self, servers: Sequence[str]) -> RingRecord:
+        """The next version, ``servers``, being moved to. A live change keeps at least two
+        servers on each side: one server alone keeps no epoch (memcache/trust.py), so its keys'
+        names would change when it gains a guard."""
+        target = tuple(sorted(set(servers)))
+        if self.moving:
+            raise ValueError(f"version {self.version} is still being moved to")
+        if target == self.servers:
+            raise ValueError("the ring already has exactly these servers")
+        if len(target) < 2 or len(self.servers) < 2:
+            raise ValueError("a live ring change needs two servers or more before and after")
+        return RingRecord((*self.rings, target), self.first, moving=True)
+
+    def settled(self) -> RingRecord:
+        return RingRecord(self.rings, self.first, moving=False)
+
+    def to_json(self) -> str:
+        return json.dumps({"rings": self.rings, "first": self.first, "moving": self.moving})
+
+    @classmethod
+    def from_json(cls, text: str) -> RingRecord:
+        data = json.loads(text)
+        rings = tuple(tuple(str(s) for s in ring) for ring in data["rings"])
+        return cls(rings, int(data["first"]), bool(data["moving"]))
+
+
+class RingSource(Protocol):
+    """The shared place the ring record lives in."""
+
+    def read_ring(self) -> RingRecord | None:
+        """The record, or None if none was ever written (the configured servers are used)."""
+        ...
+
+    def swap_ring(self, expected: int | None, record: RingRecord) -> bool:
+        """Write ``record`` only if the stored one is at version ``expected`` with the same
+        moving state as when it was read, or absent when ``expected`` is None; whether it
+        was written."""
+        ...
+
+
+class Placement:
+    """Owners and names of keys under one ring record, as a process in its state uses them.
+
+    ``nodes``: every server this state may use, sorted (an owner is an index into it, or
+    ``MOVED``). ``renamed``: the keys placed so far whose name differs from the key. Both
+    remembered per key: a fan-out places the same followers' timeline keys for every post of
+    their followees, and a lookup (C level, a dict's ``get`` mapped over the keys) costs a
+    tenth of placing a key again."""
+
+    def __init__(self, record: RingRecord, remembered: int = PLACEMENTS_REMEMBERED) -> None:
+        self.record = record
+        # The versions whose owners decide a name: all but the target while moving (a key
+        # used while moving has the same owner in both).
+        self._history = record.rings[:-1] if record.moving else record.rings
+        used = record.rings[-2:] if record.moving else record.rings[-1:]
+        self.nodes = sorted({node for ring in used for node in ring})
+        self._index = {node: i for i, node in enumerate(self.nodes)}
+        self._every = sorted({node for ring in record.rings for node in ring})
+        self._remembered = remembered
+        self._placed: dict[bytes, int] = {}
+        self.renamed: dict[bytes, bytes] = {}
+
+    def owners(self, keys: Sequence[bytes]) -> list[int]:
+        """The index in ``nodes`` of each key's server, or ``MOVED``."""
+        placed = self._placed
+        found = list(map(placed.get, keys))
+        if None not in found:
+            return found  # type: ignore[return-value]  # no None in it
+        new = [key for key, owner in zip(keys, found, strict=True) if owner is None]
+        if len(placed) + len(new) > self._remembered:
+            placed.clear()  # the working set outgrew the bound: start again from this batch
+            self.renamed.clear()
+        owners = self._place(new)
+        placed.update(zip(new, owners, strict=True))
+        fill = iter(owners)
+        return [next(fill) if owner is None else owner for owner in found]
+
+    def names(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The names of those of ``keys`` (placed already) sent under another name."""
+        renamed = self.renamed
+        return {key: renamed[key] for key in renamed.keys() & keys} if renamed else {}
+
+    def _place(self, keys: list[bytes]) -> list[int]:
+        families = list(map(family, keys))
+        if len(self.record.rings) == 1:  # one version: no history to walk, no names to mark
+            return _winners(self.nodes, families)
+        return [self._place_one(key, fam) for key, fam in zip(keys, families, strict=True)]
+
+    def _place_one(self, key: bytes, fam: bytes) -> int:
+        scores = {node: _score(node, fam) for node in self._every}
+        record = self.record
+        owner = _best(record.servers, scores)
+        if record.moving and _best(record.rings[-2], scores) != owner:
+            return MOVED
+        run = len(self._history) - 1
+        while run > 0 and _best(self._history[run - 1], scores) == owner:
+            run -= 1
+        if run:
+            self.renamed[key] = key + NAME_MARK + b"%x" % (record.first + run)
+        return self._index[owner]
+
+
+def _score(node: str, fam: bytes) -> tuple[int, str]:
+    return mmh3.mmh3_32_uintdigest(node.encode("ascii") + b"-" + fam), node
+
+
+def _best(ring: Sequence[str], scores: dict[str, tuple[int, str]]) -> str:
+    return max(ring, key=scores.__getitem__)
+
+
+def _winners(ring: Sequence[str], families: list[bytes]) -> list[int]:
+    """Each family's owner in ``ring`` (sorted), as its index there, for a whole batch at C
+    level: ``score * count + rank``, so the max is the winner, a tie to the higher rank."""
+    count = len(ring)
+    if count == 1:
+        return [0] * len(families)
+    ranked = [
+        map(
+            add,
+            map(mul, map(mmh3.mmh3_32_uintdigest, map(prefix.__add__, families)), repeat(count)),
+            repeat(rank),
+        )
+        for rank, prefix in enumerate(node.encode("ascii") + b"-" for node in ring)
+    ]
+    return list(map(mod, map(max, *ranked), repeat(count)))
+
+
+class RingView:
+    """A process's view of the ring: the record it read, used for ``lease_s`` after the read
+    began, then read again. Without a source the record never changes (a fixed ring, as
+    configured). Thread-safe: one thread reads the source at a time, the others wait for it."""
+
+    def __init__(
+        self,
+        record: RingRecord,
+        source: RingSource | None = None,
+        lease_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.lease_s = lease_s
+        self.clock = clock
+        self._placement = Placement(record)
+        self._taken = float("-inf") if source is not None else float("inf")
+        self._lock = threading.Lock()
+
+    @property
+    def record(self) -> RingRecord:
+        """The record last read (its lease may have run out)."""
+        return self._placement.record
+
+    def current(self) -> Placement | None:
+        """The placement under a live lease, or None when the lease ran out (a reader that
+        must not block gives up; ``renewed`` reads the record again)."""
+        if self.clock() - self._taken < self.lease_s:
+            return self._placement
+        return None
+
+    def renewed(self) -> Placement | None:
+        """The placement, read again from the source if the lease ran out; None when the
+        source cannot be read (no key may be used: this process cannot know which moved)."""
+        if (placement := self.current()) is not None or self.source is None:
+            return placement
+        with self._lock:
+            if (placement := self.current()) is not None:
+                return placement
+            taken = self.clock()
+            try:
+                record = self.source.read_ring()
+            except Exception:  # any failure of the shared place: no lease, so no key is used
+                return None
+            if record is not None and record != self._placement.record:
+                self._placement = Placement(record)
+            self._taken = taken
+            return self._placement
