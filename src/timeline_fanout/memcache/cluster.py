@@ -348,9 +348,33 @@ class MemcacheCluster:
             self._unanswered(node, again, jobs, done, lost)
         for node in sorted(lost):
             self._revoke(node)
+        if placement is not None and self._trust.ring.current() is not placement:
+            self._unplaced(jobs, done, placement)
         if unwritten:
             raise CacheUnavailable("memcached ring: keys written are moving between servers")
         return done
+
+    def _unplaced(
+        self,
+        jobs: Sequence[_Job],
+        done: list[tuple[int, ServerPipe, list[bytes], Any]],
+        placement: Placement,
+    ) -> None:
+        """The ring lease this exchange was placed under ran out before its end: the values
+        read of keys that have moved since, or whose place this process cannot know now, are
+        made misses (in place). A process whose record was stable may have sent its reads
+        just before the next state began, and a copy left behind by a move misses the writes
+        made since (memcache/ring.py). Writes need no such check: the edge store write that
+        each follows was made under the lease."""
+        now = self._placement()
+        if now is placement:
+            return
+        for at, (index, pipe, keys, replies) in enumerate(done):
+            if not jobs[index].values:
+                continue
+            owners = [MOVED] * len(keys) if now is None else now.owners(keys)
+            kept = [None if o == MOVED else item for o, item in zip(owners, replies, strict=True)]
+            done[at] = (index, pipe, keys, kept)
 
     def _outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
         """Servers whose lease, checked before the exchange, ran out before its end, and whose
@@ -703,15 +727,18 @@ class MemcacheCluster:
             self._trust.drop_lease(server)
         self.settle()
 
+    def unusable(self) -> list[str]:
+        """The servers of this process's ring state that cannot be used now; a lease is taken
+        on each of the others that had none."""
+        return [server for server in self._trust.servers if self._usable(server) is None]
+
     def settle(self) -> None:
         """Returns once every server is usable (up, with an epoch under a lease), which takes
         a lease period after a flush or a first start; ``CacheUnavailable`` if one is still
         not after a few of them."""
         bounds = self._trust.settings
         deadline = self._trust.clock() + 3 * bounds.lease_s + 2 * bounds.timeout_s
-        while (waiting := [s for s in self._trust.servers if self._usable(s) is None]) and (
-            self._trust.clock() < deadline
-        ):
+        while (waiting := self.unusable()) and (self._trust.clock() < deadline):
             self.wait(bounds.lease_s / 10)
         if waiting:
             raise CacheUnavailable(f"memcached {waiting[0]}: not usable after a flush")

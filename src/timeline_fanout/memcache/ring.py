@@ -141,10 +141,9 @@ class RingSource(Protocol):
         """The record, or None if none was ever written (the configured servers are used)."""
         ...
 
-    def swap_ring(self, expected: int | None, record: RingRecord) -> bool:
-        """Write ``record`` only if the stored one is at version ``expected`` with the same
-        moving state as when it was read, or absent when ``expected`` is None; whether it
-        was written."""
+    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
+        """Write ``record`` only if the stored record equals ``expected`` (None: there is
+        none), atomically; whether it was written."""
         ...
 
 
@@ -178,8 +177,13 @@ class Placement:
             return found  # type: ignore[return-value]  # no None in it
         new = [key for key, owner in zip(keys, found, strict=True) if owner is None]
         if len(placed) + len(new) > self._remembered:
-            placed.clear()  # the working set outgrew the bound: start again from this batch
+            # The working set outgrew the bound: start again from this batch, all of it (a
+            # name forgotten here would be sent as the key).
+            placed.clear()
             self.renamed.clear()
+            owners = self._place(list(keys))
+            placed.update(zip(keys, owners, strict=True))
+            return owners
         owners = self._place(new)
         placed.update(zip(new, owners, strict=True))
         fill = iter(owners)

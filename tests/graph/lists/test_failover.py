@@ -61,14 +61,8 @@ class Graph:
         self.pos = 0
 
     def write(self, lists: ShardedLists, events: int) -> None:
-        changes = []
-        for _ in range(events):
-            self.pos += 1
-            a, b = self.rng.sample(USERS, 2)
-            changes.append(EdgeChange(a, b, self.rng.random() < 0.7, self.pos))
-        applied = self.store.apply(changes)
         tokens: dict[ListRef, list[tuple[bool, str, int]]] = {}
-        for c in applied:
+        for c in self.changes(events):
             tokens.setdefault(ListRef(ListKind.FOLLOWERS, c.followee), []).append(
                 (c.active, c.follower, c.pos)
             )
@@ -76,6 +70,15 @@ class Graph:
                 (c.active, c.followee, c.pos)
             )
         lists.apply(tokens)
+
+    def changes(self, events: int) -> list[EdgeChange]:
+        """``events`` random follows and unfollows written to the store; those it applied."""
+        changes = []
+        for _ in range(events):
+            self.pos += 1
+            a, b = self.rng.sample(USERS, 2)
+            changes.append(EdgeChange(a, b, self.rng.random() < 0.7, self.pos))
+        return self.store.apply(changes)
 
 
 def refs() -> list[ListRef]:

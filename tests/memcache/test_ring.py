@@ -1,0 +1,143 @@
+"""The ring record and its placement (memcache/ring.py): pure, no server needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView, family
+
+THREE = ("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211")
+FOUR = (*THREE, "10.0.0.4:11211")
+KEYS = [b"tf|fl|user%d" % i for i in range(2000)]
+
+
+def owner(placement: Placement, key: bytes) -> str | None:
+    at = placement.owners([key])[0]
+    return None if at == MOVED else placement.nodes[at]
+
+
+def name(placement: Placement, key: bytes) -> bytes:
+    placement.owners([key])
+    return placement.names([key]).get(key, key)
+
+
+def test_every_item_of_a_list_is_placed_with_the_lists_key() -> None:
+    assert family(b"tf|fl|u1|0a1b|3|n") == b"tf|fl|u1"
+    assert family(b"tf|tl|u1") == b"tf|tl|u1"
+    assert family(b"fanout:epoch:x") == b"fanout:epoch:x"
+    placement = Placement(RingRecord.of(FOUR))
+    for key in KEYS[:200]:
+        assert placement.owners([key + b"|0a1b|3", key + b"|0a1b|3|n"]) == placement.owners(
+            [key, key]
+        )
+
+
+def test_only_keys_whose_owner_changes_are_moving() -> None:
+    before, after = Placement(RingRecord.of(THREE)), Placement(RingRecord.of(FOUR))
+    moving = Placement(RingRecord.of(THREE).moved_to(FOUR))
+    moved = 0
+    for key in KEYS:
+        if owner(before, key) == owner(after, key):
+            assert owner(moving, key) == owner(before, key)
+            assert name(moving, key) == key
+        else:
+            assert owner(moving, key) is None
+            moved += 1
+    assert 300 < moved < 700  # about a quarter: the keys the fourth server takes
+
+
+def test_a_key_back_on_a_server_it_left_gets_a_name_never_used_there() -> None:
+    grown = RingRecord.of(THREE).moved_to(FOUR).settled()
+    back = grown.moved_to(THREE).settled()
+    first, second, third = Placement(RingRecord.of(THREE)), Placement(grown), Placement(back)
+    for key in KEYS:
+        assert owner(third, key) == owner(first, key)
+        if owner(second, key) == owner(first, key):
+            assert name(first, key) == name(second, key) == name(third, key) == key
+        else:  # it lived on the fourth server meanwhile: its old copy missed those writes
+            assert name(second, key) == key + b"~2"
+            assert name(third, key) == key + b"~3"
+
+
+def test_names_survive_the_remembered_placements_being_cleared() -> None:
+    back = RingRecord.of(THREE).moved_to(FOUR).settled().moved_to(THREE).settled()
+    once = Placement(back)
+    small = Placement(back, remembered=10)
+    for start in range(0, 300, 7):
+        batch = KEYS[start : start + 9]
+        small.owners(batch)
+        assert small.names(batch) == {k: name(once, k) for k in batch if name(once, k) != k}
+
+
+@pytest.mark.parametrize(
+    ("record", "servers"),
+    [
+        (RingRecord.of(THREE), THREE),  # no change
+        (RingRecord.of(THREE[:1]), THREE),  # from one server
+        (RingRecord.of(THREE), THREE[:1]),  # to one server
+        (RingRecord.of(THREE).moved_to(FOUR), THREE),  # while moving
+    ],
+)
+def test_a_change_that_cannot_be_made_live_is_refused(
+    record: RingRecord, servers: tuple[str, ...]
+) -> None:
+    with pytest.raises(ValueError):
+        record.moved_to(servers)
+
+
+def test_a_record_reads_back_as_written() -> None:
+    record = RingRecord.of(THREE).moved_to(FOUR).settled().moved_to(THREE)
+    assert RingRecord.from_json(record.to_json()) == record
+    assert record.version == 3 and record.moving
+
+
+class Shared:
+    """A ring record held in this process (the stores are tested in tests/graph/stores)."""
+
+    def __init__(self, record: RingRecord | None) -> None:
+        self.record = record
+        self.reads = 0
+        self.broken = False
+
+    def read_ring(self) -> RingRecord | None:
+        self.reads += 1
+        if self.broken:
+            raise OSError("the shared place does not answer")
+        return self.record
+
+    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
+        if self.record != expected:
+            return False
+        self.record = record
+        return True
+
+
+def test_a_view_reads_the_record_again_only_when_its_lease_ran_out() -> None:
+    now = [0.0]
+    source = Shared(RingRecord.of(THREE))
+    view = RingView(RingRecord.of(FOUR), source, lease_s=5.0, clock=lambda: now[0])
+    assert view.current() is None  # never read: no lease
+    assert view.renewed() is not None and view.record.servers == THREE
+    now[0] = 4.9
+    source.record = RingRecord.of(THREE).moved_to(FOUR)
+    assert view.renewed() is not None and not view.record.moving and source.reads == 1
+    now[0] = 5.0
+    assert view.current() is None
+    placement = view.renewed()
+    assert placement is not None and placement.record.moving and source.reads == 2
+
+
+def test_a_view_that_cannot_read_the_record_places_no_key() -> None:
+    now = [0.0]
+    source = Shared(RingRecord.of(THREE))
+    view = RingView(RingRecord.of(THREE), source, lease_s=1.0, clock=lambda: now[0])
+    assert view.renewed() is not None
+    now[0] = 1.5
+    source.broken = True
+    assert view.renewed() is None
+
+
+def test_a_view_of_a_store_without_a_record_uses_the_configured_servers() -> None:
+    view = RingView(RingRecord.of(THREE), Shared(None), lease_s=1.0, clock=lambda: 0.0)
+    placement = view.renewed()
+    assert placement is not None and placement.nodes == sorted(THREE)
