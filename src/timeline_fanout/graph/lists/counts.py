@@ -108,6 +108,8 @@ class CachedCounts:
         cached = None if item is None else _parse(item.value)
         if cached is not None and not cached.stale:
             return cached.counts
+        if item is None and not self._cache.available([key])[0]:  # down, or moving
+            return self._store.recounted(user)
         if not self._elected(user):  # another reader counts it, or did within recount_s
             return cached.counts if cached is not None else self._store.recounted(user)
         return self._fill(key, user)
@@ -119,6 +121,8 @@ class CachedCounts:
         if self._recount_s <= 0:
             return True
         lease = self._keys.count_lease_keys([user])[0]
+        if not self._cache.available([lease])[0]:  # its server down, or moving: no election
+            return True
         won = self._cache.add_many({lease: b"1"}, self._recount_s)
         return won.get(lease) is Outcome.STORED
 

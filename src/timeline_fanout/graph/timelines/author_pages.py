@@ -165,7 +165,12 @@ class AuthorPages:
         return newest
 
     def _fill(self, user: str, key: bytes) -> Newest:
-        """The fence (module docstring): ``~`` ADDed, read with ``gets``, the store read, CAS."""
+        """The fence (module docstring): ``~`` ADDed, read with ``gets``, the store read, CAS.
+        An item whose server is unavailable (down, or moving: memcache/ring.py) is answered
+        from the store and not written."""
+        if not self._cache.available([key])[0]:
+            posts = self._store.author_posts(user, ITEM_POSTS + 1)
+            return Newest.parse(Newest.encode(posts)) or Newest([], True)
         self._cache.add_many({key: FILLING}, self._expire)
         seen: Item | None = self._cache.gets_many([key]).get(key)
         posts = self._store.author_posts(user, ITEM_POSTS + 1)

@@ -1,0 +1,146 @@
+"""Both clients under a ring that moves (memcache/ring.py), on real memcached servers: a moving
+key is read as missing and written by nobody, a moved key is found under its new name by both
+clients, and a process whose ring lease ran out uses no server."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from timeline_fanout.memcache.async_cluster import AsyncMemcache
+from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster, Outcome
+from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout_devstack.memcached_processes import own_server
+
+BOUNDS = TrustSettings(timeout_s=0.5, retry_s=0.5, lease_s=0.3)
+Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
+KEYS = [b"t|tl|u%d" % i for i in range(200)]
+
+
+@pytest.fixture
+def four() -> Iterator[list[str]]:
+    with own_server() as a, own_server() as b, own_server() as c, own_server() as d:
+        yield sorted(f"{h}:{p}" for _, (h, p) in (a, b, c, d))
+
+
+class Shared:
+    def __init__(self, record: RingRecord) -> None:
+        self.record: RingRecord | None = record
+        self.broken = False
+
+    def read_ring(self) -> RingRecord | None:
+        if self.broken:
+            raise OSError("unreachable")
+        return self.record
+
+    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
+        if self.record != expected:
+            return False
+        self.record = record
+        return True
+
+
+class Clients:
+    """One process: a blocking and an event-loop client sharing a trust and a ring view."""
+
+    def __init__(self, servers: list[str], source: Shared) -> None:
+        self.now = 0.0
+        self.view = RingView(RingRecord.of(servers), source, 10.0, clock=lambda: self.now)
+        trust = ServerTrust(servers, BOUNDS, ring=self.view)
+        pairs = [(h, int(p)) for h, p in (s.rsplit(":", 1) for s in servers)]
+        self.blocking = MemcacheCluster(pairs, trust=trust)
+        self.pairs, self.trust = pairs, trust
+
+    def switch(self) -> None:
+        self.now += 10.0
+        self.blocking.available([b"probe"])  # reads the record again
+
+    def read_on_loop(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """One read by an event-loop client of this process (its connections belong to the
+        loop: one client per loop run)."""
+
+        async def main() -> dict[bytes, bytes]:
+            client = AsyncMemcache(self.pairs, trust=self.trust)
+            try:
+                return {k: v.value for k, v in (await client.gets_many(keys)).items()}
+            finally:
+                client.close()
+
+        return asyncio.run(main())
+
+
+def split(record: RingRecord) -> tuple[list[bytes], list[bytes]]:
+    """``KEYS`` that move under the moving ``record``, and those that stay."""
+    owners = Placement(record).owners(KEYS)
+    return (
+        [k for k, o in zip(KEYS, owners, strict=True) if o == MOVED],
+        [k for k, o in zip(KEYS, owners, strict=True) if o != MOVED],
+    )
+
+
+def test_a_moving_key_is_missing_for_reads_and_refused_for_writes(four: list[str]) -> None:
+    source = Shared(RingRecord.of(four[:3]))
+    process = Clients(four[:3], source)
+    process.blocking.settle()
+    assert set(process.blocking.set_many(dict.fromkeys(KEYS, b"v")).values()) == {Outcome.STORED}
+    record = source.record
+    assert record is not None
+    moving = record.moved_to(four)
+    assert source.swap_ring(record, moving)
+    process.switch()
+    moved, stayed = split(moving)
+    assert moved and stayed
+    assert set(process.blocking.get_many(KEYS)) == set(stayed)
+    assert process.blocking.available(KEYS) == [k in stayed for k in KEYS]
+    with pytest.raises(CacheUnavailable, match="moving"):
+        process.blocking.append_many({moved[0]: b"w"})
+    with pytest.raises(CacheUnavailable, match="moving"):
+        process.blocking.append_to_each([(b"w", [stayed[0], moved[0]])])
+    assert process.blocking.get_many([stayed[0]]) == {stayed[0]: b"vw"}  # the rest was sent
+    with pytest.raises(CacheUnavailable, match="moving"):
+        process.read_on_loop(moved[:1])
+    assert process.read_on_loop(stayed) == dict.fromkeys(stayed, b"v") | {stayed[0]: b"vw"}
+
+
+def test_a_moved_key_is_one_item_for_both_clients_under_its_new_name(four: list[str]) -> None:
+    source = Shared(RingRecord.of(four[:3]))
+    old = Clients(four[:3], source)
+    old.blocking.settle()
+    old.blocking.set_many(dict.fromkeys(KEYS, b"old"))
+    record = source.record
+    assert record is not None
+    grown = record.moved_to(four).settled()
+    assert source.swap_ring(record, grown)
+    process = Clients(four[:3], source)
+    process.switch()
+    process.blocking.settle()
+    moved, _ = split(record.moved_to(four))
+    assert process.blocking.get_many(moved) == {}  # the new server's copies start empty
+    process.blocking.set_many(dict.fromkeys(moved, b"new"))
+    assert process.read_on_loop(moved) == dict.fromkeys(moved, b"new")
+    back = grown.moved_to(four[:3]).settled()
+    assert source.swap_ring(grown, back)
+    process.switch()
+    process.blocking.settle()
+    # Back on the servers they left: the copies there missed "new", and are not read.
+    assert process.blocking.get_many(moved) == {}
+    assert process.read_on_loop(moved) == {}
+
+
+def test_a_process_that_cannot_read_the_record_uses_no_server(four: list[str]) -> None:
+    source = Shared(RingRecord.of(four[:3]))
+    process = Clients(four[:3], source)
+    process.blocking.settle()
+    process.blocking.set_many(dict.fromkeys(KEYS, b"v"))
+    source.broken = True
+    process.now += 10.0
+    assert process.blocking.get_many(KEYS) == {}
+    assert process.blocking.available(KEYS) == [False] * len(KEYS)
+    with pytest.raises(CacheUnavailable):
+        process.blocking.set_many({KEYS[0]: b"w"})
+    with pytest.raises(CacheUnavailable, match="ring"):
+        process.read_on_loop(KEYS[:3])
