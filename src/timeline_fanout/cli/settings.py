@@ -153,6 +153,14 @@ class Settings(BaseSettings):
     cache_retry_s: float = Field(
         2.0, gt=0, le=300, description="a down memcached server is probed again after this"
     )
+    ring_lease_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="the shared ring record (the memcached servers in use) is read again after "
+        "this; a ring change waits this long, plus twice the cache timeout and a second, "
+        "between its steps",
+    )
     cache_lease_s: float = Field(
         1.0,
         gt=0,

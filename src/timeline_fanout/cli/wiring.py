@@ -24,6 +24,7 @@ from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.token_lists import ListStats, TokenLists
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import ListRef
+from timeline_fanout.graph.stores.ring_records import open_ring_source
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.fetch import ReadMemory
@@ -34,6 +35,7 @@ from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSourc
 from timeline_fanout.graph.timelines.warm_reads import WarmReads
 from timeline_fanout.memcache import Cache, MemcacheCluster
 from timeline_fanout.memcache.async_cluster import AsyncMemcache
+from timeline_fanout.memcache.ring import RingRecord, RingSource, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.producers import EventPublisher, InternalPublisher
 
@@ -59,12 +61,23 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
     )
 
 
+def trust_settings(settings: Settings) -> TrustSettings:
+    return TrustSettings(settings.cache_timeout_s, settings.cache_retry_s, settings.cache_lease_s)
+
+
+def ring_source(settings: Settings) -> RingSource:
+    """The shared place of the ring record: the edge store (memcache/ring.py)."""
+    return open_ring_source(settings.edge_store_url)
+
+
 def server_trust(settings: Settings) -> ServerTrust:
     """Which servers this process may use (memcache/trust.py): one per process, shared by its
-    clients, so that a server found down by one is gone around by all."""
+    clients, so that a server found down by one is gone around by all, and a ring record
+    read by one is used by all (memcache/ring.py: the configured servers until one is
+    recorded)."""
     servers = [f"{host}:{port}" for host, port in settings.memcached_servers]
-    bounds = TrustSettings(settings.cache_timeout_s, settings.cache_retry_s, settings.cache_lease_s)
-    return ServerTrust(servers, bounds)
+    view = RingView(RingRecord.of(servers), ring_source(settings), settings.ring_lease_s)
+    return ServerTrust(servers, trust_settings(settings), ring=view)
 
 
 def cache_cluster(settings: Settings, trust: ServerTrust | None = None) -> MemcacheCluster:

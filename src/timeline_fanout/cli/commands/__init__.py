@@ -15,6 +15,7 @@ from timeline_fanout.cli.commands import (
     publish,
     rebuild_cache,
     replay,
+    ring,
     serve,
     stack,
     timeline,
@@ -39,6 +40,7 @@ COMMANDS: tuple[Command, ...] = (
     posts,
     rebuild_cache,
     verify,
+    ring,
     serve,
     demo,
 )

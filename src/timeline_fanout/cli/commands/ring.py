@@ -1,0 +1,72 @@
+"""``fanout ring show`` and ``fanout ring change HOST:PORT...``: the memcached servers every
+process uses, read from and changed in the shared ring record while the consumers and the API
+run (memcache/ring.py, memcache/ring_change.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from timeline_fanout.cli import wiring
+from timeline_fanout.cli.commands.base import Subcommands, console, err_console
+from timeline_fanout.cli.settings import Settings
+from timeline_fanout.memcache.ring import RingRecord
+from timeline_fanout.memcache.ring_change import RingChangeError, change_ring, hold_s
+
+
+def add_parser(sub: Subcommands) -> None:
+    p = sub.add_parser("ring", help="show or change the memcached servers in use")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("show", help="the servers of every ring version, newest last")
+    change = verbs.add_parser(
+        "change",
+        help="take these servers into use while everything runs (run again to finish an "
+        "interrupted change)",
+    )
+    change.add_argument("servers", nargs="+", metavar="HOST:PORT")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    source = wiring.ring_source(settings)
+    configured = [f"{host}:{port}" for host, port in settings.memcached_servers]
+    if args.verb == "show":
+        record = source.read_ring()
+        if record is None:
+            console.print(f"no ring recorded: the configured servers {', '.join(configured)}")
+            return 0
+        _show(record)
+        return 0
+    servers = [_server(s) for s in args.servers]
+    bounds = wiring.trust_settings(settings)
+    try:
+        changed = change_ring(
+            source,
+            configured,
+            servers,
+            hold_s(settings.ring_lease_s, bounds),
+            bounds,
+            say=err_console.print,
+        )
+    except (RingChangeError, ValueError) as exc:
+        err_console.print(f"ring change refused: {exc}")
+        return 2
+    if changed.unsettled:
+        err_console.print(
+            f"not answering, their epochs left to the processes: {', '.join(changed.unsettled)}"
+        )
+    _show(changed.record)
+    return 0
+
+
+def _server(value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"{value!r}: a server is HOST:PORT")
+    return f"{host}:{int(port)}"
+
+
+def _show(record: RingRecord) -> None:
+    for offset, servers in enumerate(record.rings):
+        version = record.first + offset
+        state = " (moving to it)" if record.moving and version == record.version else ""
+        console.print(f"version {version}{state}: {', '.join(servers)}")
