@@ -26,6 +26,7 @@ BENCHMARKS = {
     "capacity": "bench.capacity",
     "capacity-model": "bench.capacity_model",
     "failover": "bench.failover",
+    "ring-change": "bench.ring_change",
 }
 
 
