@@ -10,19 +10,18 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import pytest
 
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLayout
-from timeline_fanout.graph.lists.fencing import Index
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
-from timeline_fanout.graph.model.keys import ListKind, ListRef, counter_key, shard_key
+from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.reader import TimelineSource
@@ -231,86 +230,3 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
         settings,
     )
     assert fresh.member in reader.read(ref)
-
-
-class NamesAShardBeforeTheDrop:
-    """A process's cache whose fenced drops find the head changed: right before each, another
-    process names a fresh shard in the list's head (a rollover), so the head the writer read
-    and would drop is no longer the list's."""
-
-    def __init__(self, cluster: MemcacheCluster, shard: bytes) -> None:
-        self._cluster = cluster
-        self._shard = shard
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cluster, name)
-
-    def delete_if_unchanged(self, items: Mapping[bytes, bytes]) -> dict[bytes, Outcome]:
-        for key in items:
-            head = self._cluster.gets_many([key])[key]
-            idx = Index.parse(head.value)
-            name = shard_key(key, idx.gen, self._shard)
-            assert self._cluster.add_many({name: b""})[name] is Outcome.STORED
-            rolled = head.value + b"+%s " % self._shard
-            assert self._cluster.cas(key, rolled, head.cas, 0) is Outcome.STORED
-        return self._cluster.delete_if_unchanged(items)
-
-
-def test_a_write_skipped_for_an_unusable_shard_counter_lands_when_the_head_changed_meanwhile(
-    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
-) -> None:
-    """The newest shard's counter is on a server that is down, the head and shards are not:
-    the writer drops the list rather than append uncounted, but a rollover names a shard in
-    between, so the drop is refused. The write must go round against the new head, never be
-    skipped: the list kept would lack it until its head expires."""
-    victim = three[0]
-    victim_name = f"{victim[1][0]}:{victim[1][1]}"
-    writer_cache = process(three, sqlite_store, unique).cache
-    lists = TokenLists(ShardedLayout, writer_cache, sqlite_store, ListSettings(namespace=unique))
-    every_server = [b"k%d" % i for i in range(64)]
-    for _ in range(50):  # until each server has an epoch (a lease after the first revocation)
-        if all(writer_cache.available(every_server)):
-            break
-        writer_cache.wait(BOUNDS.lease_s)
-
-    def server(key: bytes) -> str:
-        return writer_cache.server_for(key)
-
-    def chosen(user: str) -> tuple[ListRef, bytes, bytes] | None:
-        """A list whose only key on the victim is its newest shard's counter."""
-        ref = ListRef(ListKind.FOLLOWERS, user)
-        sqlite_store.apply([EdgeChange("early", user, True, 1)])
-        lists.read(ref)  # cached
-        key = lists.index_key(ref)
-        idx = Index.parse(writer_cache.gets_many([key])[key].value)
-        shards = [shard_key(key, idx.gen, s) for s in idx.shards]
-        fresh = next(
-            n
-            for n in (b"%x" % i for i in range(0xF0, 0x1000))
-            if {
-                server(shard_key(key, idx.gen, n)),
-                server(counter_key(shard_key(key, idx.gen, n))),
-            }.isdisjoint({victim_name})
-        )
-        on_victim = [k for k in [key, *shards] if server(k) == victim_name]
-        if on_victim or server(counter_key(shards[-1])) != victim_name:
-            return None
-        return ref, fresh, counter_key(shards[-1])
-
-    ref, fresh, counter = next(filter(None, map(chosen, (f"v{i}" for i in range(500)))))
-    victim[0].kill()
-    victim[0].wait()
-    writer_cache.get_many([counter])  # refused: the writer's process sees the server down
-    assert writer_cache.available([counter]) == [False]
-
-    writer = TokenLists(
-        ShardedLayout,
-        cast(Cache, NamesAShardBeforeTheDrop(writer_cache, fresh)),
-        sqlite_store,
-        ListSettings(namespace=unique),
-    )
-    sqlite_store.apply([EdgeChange("late", ref.user, True, 2)])
-    writer.apply({ref: [(True, "late", 2)]})
-    reader = process(three, sqlite_store, unique)
-    assert reader.read(ref) == frozenset({"early", "late"})
-    assert reader.stats.degraded_reads == 0  # read from the cache, not the store
