@@ -141,3 +141,31 @@ def test_a_view_of_a_store_without_a_record_uses_the_configured_servers() -> Non
     view = RingView(RingRecord.of(THREE), Shared(None), lease_s=1.0, clock=lambda: 0.0)
     placement = view.renewed()
     assert placement is not None and placement.nodes == sorted(THREE)
+
+
+def test_names_and_moving_keys_are_those_of_the_history_walked_key_by_key() -> None:
+    from pymemcache.client.rendezvous import RendezvousHash
+
+    five = (*FOUR, "10.0.0.5:11211")
+    steps = [FOUR, THREE, five, FOUR[1:], five]
+    record = RingRecord.of(THREE)
+    for servers in steps:
+        moving = record.moved_to(servers)
+        for state in (moving, moving.settled()):
+            placement = Placement(state)
+            keys = KEYS[:400]
+            owners = placement.owners(keys)
+            names = placement.names(keys)
+            for key, at in zip(keys, owners, strict=True):
+                fam = family(key).decode()
+                seen = [RendezvousHash(list(ring)).get_node(fam) for ring in state.rings]
+                if state.moving and seen[-1] != seen[-2]:
+                    assert at == MOVED and key not in names
+                    continue
+                history = seen[:-1] if state.moving else seen
+                assert placement.nodes[at] == history[-1]
+                run = len(history) - 1
+                while run and history[run - 1] == history[-1]:
+                    run -= 1
+                assert names.get(key, key) == (key + b"~%x" % (1 + run) if run else key)
+        record = moving.settled()

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import add, mod, mul
+from operator import add, and_, eq, mod, mul
 from typing import Protocol
 
 import mmh3
@@ -164,7 +164,6 @@ class Placement:
         used = record.rings[-2:] if record.moving else record.rings[-1:]
         self.nodes = sorted({node for ring in used for node in ring})
         self._index = {node: i for i, node in enumerate(self.nodes)}
-        self._every = sorted({node for ring in record.rings for node in ring})
         self._remembered = remembered
         self._placed: dict[bytes, int] = {}
         self.renamed: dict[bytes, bytes] = {}
@@ -195,31 +194,39 @@ class Placement:
         return {key: renamed[key] for key in renamed.keys() & keys} if renamed else {}
 
     def _place(self, keys: list[bytes]) -> list[int]:
+        """Owners at C level, one pass per version (a fan-out places every follower's
+        timeline key): each version's owner of each family, then per key the run of versions
+        its current owner has held it for, which names it."""
         families = list(map(family, keys))
         if len(self.record.rings) == 1:  # one version: no history to walk, no names to mark
             return _winners(self.nodes, families)
-        return [self._place_one(key, fam) for key, fam in zip(keys, families, strict=True)]
-
-    def _place_one(self, key: bytes, fam: bytes) -> int:
-        scores = {node: _score(node, fam) for node in self._every}
         record = self.record
-        owner = _best(record.servers, scores)
-        if record.moving and _best(record.rings[-2], scores) != owner:
-            return MOVED
-        run = len(self._history) - 1
-        while run > 0 and _best(self._history[run - 1], scores) == owner:
-            run -= 1
-        if run:
-            self.renamed[key] = key + NAME_MARK + b"%x" % (record.first + run)
-        return self._index[owner]
+        now = _owned(record.servers, families)
+        owners = list(map(self._index.__getitem__, now))
+        if record.moving:  # owned elsewhere by the previous version: moving
+            before = _owned(record.rings[-2], families)
+            owners = [MOVED if a != b else o for a, b, o in zip(before, now, owners, strict=True)]
+        # Per key, the first version of the run: walk back while each older version agrees.
+        start = [len(self._history) - 1] * len(keys)
+        same = [True] * len(keys)
+        for version in range(len(self._history) - 2, -1, -1):
+            older = _owned(self._history[version], families)
+            same = list(map(and_, same, map(eq, older, now)))
+            if not any(same):
+                break
+            start = [version if kept else s for kept, s in zip(same, start, strict=True)]
+        marked = (
+            (key, key + NAME_MARK + b"%x" % (record.first + run))
+            for key, run, owner in zip(keys, start, owners, strict=True)
+            if run and owner != MOVED
+        )
+        self.renamed.update(marked)
+        return owners
 
 
-def _score(node: str, fam: bytes) -> tuple[int, str]:
-    return mmh3.mmh3_32_uintdigest(node.encode("ascii") + b"-" + fam), node
-
-
-def _best(ring: Sequence[str], scores: dict[str, tuple[int, str]]) -> str:
-    return max(ring, key=scores.__getitem__)
+def _owned(ring: Sequence[str], families: list[bytes]) -> list[str]:
+    """Each family's owner in ``ring``, by name."""
+    return list(map(ring.__getitem__, _winners(ring, families)))
 
 
 def _winners(ring: Sequence[str], families: list[bytes]) -> list[int]:
