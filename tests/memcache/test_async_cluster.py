@@ -25,6 +25,7 @@ from tests.conftest import Refused
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
+from timeline_fanout.memcache.ring import RingRecord
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
 from timeline_fanout_devstack.memcached_processes import own_server, stop
@@ -235,7 +236,8 @@ def test_a_part_half_parsed_is_never_taken_whole_against_the_expected_replies() 
             client = AsyncMemcache([address], TIMEOUT)
             try:
                 keys = tuple(b"k%d" % i for i in range(5))
-                earlier = Replies(keys, (misses,), None)
+                ring = RingRecord.of([f"{address[0]}:{address[1]}"])
+                earlier = Replies(keys, (misses,), None, ring)
                 got = await asyncio.wait_for(
                     asyncio.gather(*(client.gets_replies(keys, earlier) for _ in range(calls))),
                     10,

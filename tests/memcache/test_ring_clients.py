@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from timeline_fanout.memcache.async_cluster import AsyncMemcache
+from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster, Outcome
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
@@ -144,3 +144,32 @@ def test_a_process_that_cannot_read_the_record_uses_no_server(four: list[str]) -
         process.blocking.set_many({KEYS[0]: b"w"})
     with pytest.raises(CacheUnavailable, match="ring"):
         process.read_on_loop(KEYS[:3])
+
+
+def test_replies_kept_from_another_ring_are_not_taken_for_this_ones(four: list[str]) -> None:
+    """The page memo hands back a read's replies to compare with; under another ring the same
+    keys are split otherwise, so they must be read and parsed afresh."""
+    source = Shared(RingRecord.of(four[:3]))
+    process = Clients(four[:3], source)
+    process.blocking.settle()
+    process.blocking.set_many(dict.fromkeys(KEYS, b"v"))
+
+    async def read(earlier: Replies | None) -> Replies:
+        client = AsyncMemcache(process.pairs, trust=process.trust)
+        try:
+            return await client.gets_replies(tuple(KEYS), earlier)
+        finally:
+            client.close()
+
+    first = asyncio.run(read(None)).unparsed()
+    assert asyncio.run(read(first)).found is None  # the same ring: taken whole
+    record = source.record
+    assert record is not None
+    grown = record.moved_to(four).settled()
+    assert source.swap_ring(record, grown)
+    process.switch()
+    process.blocking.settle()
+    process.blocking.set_many(dict.fromkeys(KEYS, b"v"))  # the moved ones written again
+    again = asyncio.run(read(first))
+    assert again.found is not None
+    assert {k: v.value for k, v in again.found.items()} == dict.fromkeys(KEYS, b"v")

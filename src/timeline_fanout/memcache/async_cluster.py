@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from timeline_fanout.memcache.ring import MOVED, Placement
+from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord
 from timeline_fanout.memcache.trust import ServerTrust, epoch_key
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
@@ -60,10 +60,11 @@ class Replies(NamedTuple):
     keys: tuple[bytes, ...]
     raw: tuple[bytes, ...]
     found: dict[bytes, Item] | None
+    ring: RingRecord | None = None  # the ring the keys were placed by (memcache/ring.py)
 
     def unparsed(self) -> Replies:
         """What to keep for a later call: the keys and the bytes, not the items."""
-        return Replies(self.keys, self.raw, None)
+        return Replies(self.keys, self.raw, None, self.ring)
 
 
 class _Part(NamedTuple):
@@ -260,7 +261,7 @@ class AsyncMemcache:
         """As ``MemcacheCluster.gets_many`` (without time to live); its plan is not remembered
         (the round trips after a read's batch are one-off: a first read's shards, a newly
         followed celebrity)."""
-        plan, parts = await self._get(keys, None, remember=False)
+        plan, parts, _ = await self._get(keys, None, remember=False)
         return _found(plan, parts)
 
     async def gets_replies(self, keys: Sequence[bytes], earlier: Replies | None = None) -> Replies:
@@ -269,30 +270,36 @@ class AsyncMemcache:
         have the same plan, so each part's earlier bytes hold exactly as many replies as the
         part has keys, which taking them whole relies on. The plan of ``keys`` is remembered
         for the next call with the same keys. Every server's pipeline is written before any
-        reply is awaited, so the servers answer in parallel."""
+        reply is awaited, so the servers answer in parallel. Under another ring record the
+        same keys are split otherwise, so ``earlier`` placed by another is not compared."""
         asked = keys if isinstance(keys, tuple) else tuple(keys)
-        expected = earlier.raw if earlier is not None and earlier.keys == asked else None
-        plan, parts = await self._get(asked, expected, remember=True)
+        plan, parts, expected = await self._get(asked, earlier, remember=True)
         raw = tuple([part.replies() for part in parts])
+        ring = plan[0].placement.record if plan and plan[0].placement else None
         if raw == expected:
-            return Replies(asked, raw, None)
+            return Replies(asked, raw, None, ring)
         for part in parts:
             if part.same:  # taken whole while another part changed: parsed now
                 take_values(part.replies(), 0, part.count, part.found, writable=False)
-        return Replies(asked, raw, _found(plan, parts))
+        return Replies(asked, raw, _found(plan, parts), ring)
 
     async def _get(
-        self, keys: Sequence[bytes], expected: tuple[bytes, ...] | None, remember: bool
-    ) -> tuple[tuple[_Part, ...], list[_Waiting]]:
-        """The plan of ``keys`` and, per part of it, its answered ``_Waiting``."""
+        self, keys: Sequence[bytes], earlier: Replies | None, remember: bool
+    ) -> tuple[tuple[_Part, ...], list[_Waiting], tuple[bytes, ...] | None]:
+        """The plan of ``keys``, per part of it its answered ``_Waiting``, and the replies of
+        ``earlier`` it was compared with (None: not comparable, or no ``earlier``)."""
         asked = keys if isinstance(keys, tuple) else tuple(keys)
         if not asked:
-            return (), []
+            return (), [], None
         placement = self._placement()
         plan = self._plans.get(asked)
         if plan is None or self._outlived(plan) or plan[0].placement is not placement:
             await self._take_leases()
             plan = self._plan(asked, placement, remember)
+        comparable = (
+            earlier is not None and earlier.keys == asked and earlier.ring == placement.record
+        )
+        expected = earlier.raw if comparable and earlier is not None else None
         parts = await self._exchange(plan, expected, remember)
         if self._outlived(plan):  # a lease ran out while the replies came: are they current?
             await self._take_leases()
@@ -300,7 +307,7 @@ class AsyncMemcache:
                 raise CacheUnavailable(f"memcached {outlived[0]}: its epoch changed mid-read")
         if self._trust.ring.current() is not placement:
             raise CacheUnavailable("memcached ring: its record changed or ran out mid-read")
-        return plan, parts
+        return plan, parts, expected
 
     def _placement(self) -> Placement:
         """Where keys are now (memcache/ring.py); ``CacheUnavailable`` when this process's
