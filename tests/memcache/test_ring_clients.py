@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -173,3 +173,69 @@ def test_replies_kept_from_another_ring_are_not_taken_for_this_ones(four: list[s
     again = asyncio.run(read(first))
     assert again.found is not None
     assert {k: v.value for k, v in again.found.items()} == dict.fromkeys(KEYS, b"v")
+
+
+def test_an_event_loop_read_first_after_a_reversal_asks_the_new_names(four: list[str]) -> None:
+    """The event loop's first read under a record places the keys itself: the names come
+    from that placement, never from keys a blocking read happened to place before."""
+    source = Shared(RingRecord.of(four[:3]))
+    first = Clients(four[:3], source)
+    first.blocking.settle()
+    first.blocking.set_many(dict.fromkeys(KEYS, b"left behind"))
+    record = source.record
+    assert record is not None
+    grown = record.moved_to(four).settled()
+    back = grown.moved_to(four[:3]).settled()
+    assert source.swap_ring(record, grown) and source.swap_ring(grown, back)
+    moved, _ = split(record.moved_to(four))
+    fresh = Clients(four[:3], source)
+    fresh.switch()
+    fresh.blocking.settle()
+    assert fresh.read_on_loop(moved) == {}  # never the copies of version 1
+
+
+class PausedMidRead:
+    """A process's blocking client paused after placing its read and before sending it, for
+    as long as ``meanwhile`` takes (its ring lease runs out meanwhile)."""
+
+    def __init__(self, process: Clients, meanwhile: Callable[[], None]) -> None:
+        self._usable = process.blocking._usable
+        self._meanwhile: Callable[[], None] | None = meanwhile
+        self._process = process
+        process.blocking._usable = self.usable  # type: ignore[method-assign]
+
+    def usable(self, node: str) -> bytes | None:
+        if self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            meanwhile()
+            self._process.now += 100.0
+        return self._usable(node)
+
+
+def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
+    four: list[str],
+) -> None:
+    source = Shared(RingRecord.of(four[:3]))
+    writer, reader = Clients(four[:3], source), Clients(four[:3], source)
+    for process in (writer, reader):
+        process.switch()
+        process.blocking.settle()
+    writer.blocking.set_many(dict.fromkeys(KEYS, b"old"))
+    record = source.record
+    assert record is not None
+    moving = record.moved_to(four)
+    moved, stayed = split(moving)
+
+    def change() -> None:
+        assert source.swap_ring(record, moving)
+        writer.switch()
+        writer.blocking.settle()  # the new guards given the epochs, as the operator's step
+        assert source.swap_ring(moving, moving.settled())
+        writer.switch()
+        writer.blocking.settle()
+        writer.blocking.set_many(dict.fromkeys(moved, b"new"))
+
+    PausedMidRead(reader, change)
+    got = reader.blocking.get_many(KEYS)
+    assert b"old" not in {got[k] for k in moved if k in got}
+    assert {got[k] for k in stayed} == {b"old"}  # on the same server, under the same name

@@ -403,8 +403,9 @@ class AsyncMemcache:
         unique = list(dict.fromkeys(keys))
         mine: list[list[bytes]] = [[] for _ in placement.nodes]
         names: list[list[bytes]] = [[] for _ in placement.nodes]
-        renamed = placement.names(unique) if placement.renamed else {}
-        for key, owner in zip(unique, placement.owners(unique), strict=True):
+        owners = placement.owners(unique)  # before ``names``: a key is named when placed
+        renamed = placement.names(unique)
+        for key, owner in zip(unique, owners, strict=True):
             if owner == MOVED:
                 raise CacheUnavailable("memcached ring: a key read is moving between servers")
             mine[owner].append(key)

@@ -361,19 +361,30 @@ class MemcacheCluster:
         placement: Placement,
     ) -> None:
         """The ring lease this exchange was placed under ran out before its end: the values
-        read of keys that have moved since, or whose place this process cannot know now, are
-        made misses (in place). A process whose record was stable may have sent its reads
-        just before the next state began, and a copy left behind by a move misses the writes
-        made since (memcache/ring.py). Writes need no such check: the edge store write that
-        each follows was made under the lease."""
+        read of keys that are not on the same server under the same name in the record read
+        again (moving, moved, moved back under a new name), or whose place this process
+        cannot know now, are made misses (in place). A process may have sent its reads just
+        before the next state began, or been paused past whole changes, and a copy left
+        behind by a move misses the writes made since (memcache/ring.py). Writes need no
+        such check: the edge store write that each follows was made under the lease."""
         now = self._placement()
         if now is placement:
             return
         for at, (index, pipe, keys, replies) in enumerate(done):
             if not jobs[index].values:
                 continue
-            owners = [MOVED] * len(keys) if now is None else now.owners(keys)
-            kept = [None if o == MOVED else item for o, item in zip(owners, replies, strict=True)]
+            then = [placement.nodes[o] if o != MOVED else None for o in placement.owners(keys)]
+            named = placement.names(keys)
+            if now is None:
+                same = [False] * len(keys)
+            else:
+                still = [now.nodes[o] if o != MOVED else None for o in now.owners(keys)]
+                renamed = now.names(keys)
+                same = [
+                    a is not None and a == b and named.get(k, k) == renamed.get(k, k)
+                    for k, a, b in zip(keys, then, still, strict=True)
+                ]
+            kept = [item if ok else None for ok, item in zip(same, replies, strict=True)]
             done[at] = (index, pipe, keys, kept)
 
     def _outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
