@@ -2,18 +2,21 @@
 already shares: a one-row table in SQLite, one document in MongoDB.
 
 Each process reads it once per ring lease, from whichever thread first needs the cache after
-the lease ran out, so a source here is safe from any thread: SQLite opens a connection per
-call (a handful of calls a minute), MongoDB shares its thread-safe client. A swap is a
-compare-and-set on the whole record, so two operators' changes cannot interleave.
+the lease ran out, so a source here is safe from any thread: SQLite's one connection is used
+under a lock, MongoDB's client is thread-safe. A swap is a compare-and-set on the whole
+record, so two operators' changes cannot interleave: it answers True exactly when the stored
+record was ``expected`` (None: there was none) and is now ``record``.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from timeline_fanout.memcache.ring import RingRecord, RingSource
+from timeline_fanout.memcache.ring import RingRecord
 
 __all__ = ["MongoRingSource", "SqliteRingSource", "open_ring_source"]
 
@@ -26,8 +29,9 @@ _TABLE = (
 MONGO_TIMEOUT_MS = 5_000
 
 
-def open_ring_source(url: str) -> RingSource:
-    """The ring record of the edge store at ``url`` (the forms ``open_edge_store`` takes)."""
+def open_ring_source(url: str) -> SqliteRingSource | MongoRingSource:
+    """The ring record of the edge store at ``url`` (the forms ``open_edge_store`` takes): a
+    ``RingSource`` that also closes its connection."""
     if url.startswith("sqlite:///"):
         return SqliteRingSource(url.removeprefix("sqlite:///") or ":memory:")
     if url.startswith(("mongodb://", "mongodb+srv://")):
@@ -36,54 +40,60 @@ def open_ring_source(url: str) -> RingSource:
 
 
 class SqliteRingSource:
-    """The record in the SQLite file at ``path``; a connection per call."""
+    """The record in the SQLite file at ``path`` (``:memory:``: a database private to this
+    source). One connection, opened to be used from any thread and used by one at a time
+    under a lock: a few calls a minute, so the lock is never contended for long."""
 
     def __init__(self, path: str) -> None:
-        self._path = path
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self._path, timeout=30, isolation_level=None)
-        db.execute(_TABLE)
-        return db
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._db.execute(_TABLE)
 
     def read_ring(self) -> RingRecord | None:
-        db = self._connect()
-        try:
-            row = db.execute("SELECT record FROM ring_record WHERE id = 1").fetchone()
-        finally:
-            db.close()
+        with self._lock:
+            row = self._db.execute("SELECT record FROM ring_record WHERE id = 1").fetchone()
         return None if row is None else RingRecord.from_json(row[0])
 
     def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
         """Under SQLite's write lock (``BEGIN IMMEDIATE``): the stored record is compared and
-        replaced with no other writer in between."""
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            row = db.execute("SELECT record FROM ring_record WHERE id = 1").fetchone()
-            stored = None if row is None else RingRecord.from_json(row[0])
-            if stored != expected:
-                db.execute("ROLLBACK")
-                return False
-            db.execute(
-                "INSERT INTO ring_record (id, record) VALUES (1, ?) "
-                "ON CONFLICT (id) DO UPDATE SET record = excluded.record",
-                (record.to_json(),),
-            )
-            db.execute("COMMIT")
-            return True
-        finally:
-            db.close()
+        replaced with no other writer in between. A refused or failed swap is rolled back, so
+        the connection is left outside any transaction."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT record FROM ring_record WHERE id = 1").fetchone()
+                if (None if row is None else RingRecord.from_json(row[0])) != expected:
+                    return False
+                self._db.execute(
+                    "INSERT INTO ring_record (id, record) VALUES (1, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+                    (record.to_json(),),
+                )
+                self._db.execute("COMMIT")
+                return True
+            finally:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self._db.close()
 
 
 class MongoRingSource:
     """The record in the ``ring`` collection (document ``_id: "ring"``) of the URL's
-    database. The compare-and-set is a filter on the stored text, which every MongoDB server
-    applies atomically to one document; an insert of a first record races on the unique
-    ``_id``."""
+    database. The compare-and-set is a filter on the stored text (always ``to_json()`` of a
+    record, so equal records have equal text), which every MongoDB server applies atomically
+    to one document; an insert of a first record races on the unique ``_id``.
+
+    Whatever the URL asks for, the record is read from the primary (a secondary may not hold
+    the newest swap yet, and a process must read it within its lease) and written with
+    ``w: "majority"``: an unacknowledged write reports no refusal, and the operator's change
+    waits on a swap only once no failover can roll it back."""
 
     def __init__(self, url: str) -> None:
-        from pymongo import MongoClient
+        from pymongo import MongoClient, ReadPreference, WriteConcern
 
         options: dict[str, Any] = {
             "appname": "timeline-fanout-ring",
@@ -91,8 +101,10 @@ class MongoRingSource:
         }
         if "sockettimeoutms=" not in urlsplit(url).query.lower():
             options["socketTimeoutMS"] = MONGO_TIMEOUT_MS
-        client: MongoClient[Any] = MongoClient(url, **options)
-        self._ring = client.get_default_database(default="fanout")["ring"]
+        self._client: MongoClient[Any] = MongoClient(url, **options)
+        self._ring = self._client.get_default_database(default="fanout").get_collection(
+            "ring", read_preference=ReadPreference.PRIMARY, write_concern=WriteConcern("majority")
+        )
 
     def read_ring(self) -> RingRecord | None:
         found = self._ring.find_one({"_id": "ring"})
@@ -110,4 +122,8 @@ class MongoRingSource:
         done = self._ring.update_one(
             {"_id": "ring", "record": expected.to_json()}, {"$set": {"record": record.to_json()}}
         )
-        return done.modified_count == 1
+        # Matched, not modified: a swap to the record already stored changes no byte.
+        return done.matched_count == 1
+
+    def close(self) -> None:
+        self._client.close()
