@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import uvloop
 
@@ -35,6 +35,7 @@ from timeline_fanout.graph import ListKind, ListRef
 from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.graph.timelines.reader import TimelineReader
 from timeline_fanout.memcache.async_cluster import AsyncMemcache
+from timeline_fanout.memcache.cluster import MemcacheCluster
 
 USERS = 300
 BLOCK = 20  # reads (one per user) or GETs per block
@@ -152,8 +153,9 @@ async def _on_the_loop(
     blocks. The loop's plans come from a reader over the fallback's connections, as a request
     thread lends it in ``fanout serve``."""
     plans = wiring.timeline_reader(s, store, ReadMemory(), fallback.timelines.cache)
-    warm = wiring.warm_reads(s, plans=plans)
-    memo = wiring.warm_reads(s, 64 << 20, plans=plans)
+    trust = cast(MemcacheCluster, fallback.timelines.cache).trust  # shared, as in the API
+    warm = wiring.warm_reads(s, trust, plans=plans)
+    memo = wiring.warm_reads(s, trust, 64 << 20, plans=plans)
     plain = AsyncMemcache(s.memcached_servers)
     samples: dict[str, list[float]] = {"read": [], "memo": [], "get": []}
     fallbacks = [0]

@@ -108,7 +108,7 @@ def app_for(settings: Settings, api: ApiSettings) -> Starlette:
     known = KnownTexts()
     trust = wiring.server_trust(settings)
     shared: wiring.StoreReads = SharedReads()
-    warm = wiring.warm_reads(settings, api.page_memo_mb << 20, trust)
+    warm = wiring.warm_reads(settings, trust, api.page_memo_mb << 20)
     app = create_app(api, open_backends(settings, api, memory, trust, shared, known, warm), warm)
     app.state.api.metrics.watch_cache(trust, shared.stats)
     return app

@@ -139,14 +139,16 @@ def timeline_reader(
 
 def warm_reads(
     settings: Settings,
+    trust: ServerTrust,
     memo_bytes: int = 0,
-    trust: ServerTrust | None = None,
     plans: TimelineReader | None = None,
 ) -> WarmReads:
     """The event loop's timeline reads (graph/timelines/warm_reads.py), sharing ``trust`` with
-    the process's blocking readers, running the plans of ``plans`` (or of the reader a request
-    thread lends later); ``memo_bytes`` of rendered pages (graph/timelines/page_memo.py)."""
-    cache = AsyncMemcache(settings.memcached_servers, trust=trust or server_trust(settings))
+    the process's blocking readers (the loop never reads the ring record: it uses the lease a
+    blocking client took, memcache/ring.py), running the plans of ``plans`` (or of the reader
+    a request thread lends later); ``memo_bytes`` of rendered pages
+    (graph/timelines/page_memo.py)."""
+    cache = AsyncMemcache(settings.memcached_servers, trust=trust)
     return WarmReads(cache, PageMemo(memo_bytes) if memo_bytes else None, plans)
 
 

@@ -217,7 +217,7 @@ def test_a_memcached_that_does_not_answer_leaves_the_read_to_the_blocking_one(
     settings: Settings, refused: Refused, pair: Pair
 ) -> None:
     down = settings.model_copy(update={"memcached": str(refused)})
-    warm = wiring.warm_reads(down, plans=pair.blocking)
+    warm = wiring.warm_reads(down, wiring.server_trust(down), plans=pair.blocking)
 
     async def read() -> TimelinePage | None:
         try:

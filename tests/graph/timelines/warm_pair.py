@@ -24,7 +24,7 @@ from timeline_fanout.graph.timelines.fetch import ReadMemory
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelinePage, TimelineReader
 from timeline_fanout.graph.timelines.warm_reads import WarmReads
 from timeline_fanout.memcache.async_cluster import AsyncMemcache
-from timeline_fanout.memcache.cluster import Item
+from timeline_fanout.memcache.cluster import Item, MemcacheCluster
 
 MEMO_BYTES = 1 << 20
 Runner = Callable[[Coroutine[Any, Any, TimelinePage | None]], TimelinePage | None]
@@ -157,8 +157,9 @@ def make_pair(settings: Settings, multi_gets: list[list[bytes]]) -> Pair:
     # The loop's plans come from a reader over the blocking one's connections, as a request
     # thread lends it in ``fanout serve`` (graph/timelines/warm_reads.py).
     plans = wiring.timeline_reader(settings, store, memory, blocking.timelines.cache)
-    warm_reads = wiring.warm_reads(settings, plans=plans)
-    memo_reads = wiring.warm_reads(settings, MEMO_BYTES, plans=plans)
+    trust = cast(MemcacheCluster, blocking.timelines.cache).trust  # shared, as in the API
+    warm_reads = wiring.warm_reads(settings, trust, plans=plans)
+    memo_reads = wiring.warm_reads(settings, trust, MEMO_BYTES, plans=plans)
     return Pair(settings, store, memory, blocking, warm_reads, memo_reads, multi_gets)
 
 
