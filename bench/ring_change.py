@@ -72,7 +72,7 @@ from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import MemcacheCluster
 from timeline_fanout.memcache.ring import Placement, RingRecord, RingView
-from timeline_fanout.memcache.ring_change import change_ring
+from timeline_fanout.memcache.ring_change import change_ring, settle_epochs
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout_devstack.memcached_processes import own_server
 
@@ -465,7 +465,14 @@ class Arm:
 
         current = self.source.read_ring()
         assert current is not None
-        change_ring(self.source, current.servers, servers, self.shape.hold_s, BOUNDS, sleep=hold)
+        change_ring(
+            self.source,
+            current.servers,
+            servers,
+            self.shape.hold_s,
+            settle_epochs(BOUNDS),
+            sleep=hold,
+        )
 
     def _wait(
         self,

@@ -25,6 +25,9 @@ Things that are internals on purpose and would move with another redesign:
   session whatever its ports, waits (a revocation's lease, a fresh epoch's) made virtual
   sleeps, and pipes (``_CutPipe``, a ``ServerPipe``) that fail while the explorer has cut the
   process off a server;
+- the ring every process reads (``World.ring``, a ``RingSource`` held in memory, swapped by
+  the product's ``change_ring`` run as an actor): each process re-reads it once per
+  ``RING_LEASE_S`` of virtual time, and the operator's holds are spent as steps;
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
 """
 
@@ -36,12 +39,13 @@ import sqlite3
 import zlib
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import compress, pairwise
 from pathlib import Path
 from typing import Any, cast
 
 from tests.explore.model import POST_KINDS, Entry, Event, ListId
 from tests.explore.scheduler import Proxy, Scheduler, Step
+from tests.held_ring import HeldRing
 from timeline_fanout.consumers.failures import classify
 from timeline_fanout.consumers.fanout_apply import FanoutApplier
 from timeline_fanout.consumers.graph_apply import GraphApplier
@@ -69,6 +73,7 @@ from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
 from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome
+from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import Item, ServerPipe
 from timeline_fanout.producers.publisher import DeliveryReport
@@ -98,8 +103,11 @@ PROJECT_API = (
     "FanoutApplier(..., CelebrityPosts, PostBodies).apply(batch); TimelineSource.snapshot",
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
-    "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch)); "
-    "its wait/settle/available/checkpoint/missed, _clients/_pipes/_call; ServerPipe",
+    "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch, "
+    "ring=RingView(record, source, lease_s, clock))); its wait/settle/available/checkpoint/"
+    "missed/unusable, _clients/_pipes/_call; ServerPipe",
+    "memcache.ring: RingRecord.of/servers/rings/moving, Placement(record).owners/nodes, MOVED; "
+    "memcache.ring_change.change_ring(source, configured, servers, hold, settle, sleep=...)",
     "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
 )
 
@@ -117,6 +125,13 @@ CLOCK_S = 0x7E000000
 # 2 s retry) a lease lasts 50 steps and a server marked down is probed again 100 steps later.
 STEP_S = 0.02
 BOUNDS = TrustSettings()
+# How long a process uses the ring record it read (``RingView``): 100 steps, twice an epoch
+# lease, so processes stay in neighbouring states for a while after each swap; the operator's
+# holds (``ring_change.hold_s``) are then 5 s, 250 steps or the others' sleeps.
+RING_LEASE_S = 2.0
+# The servers in the ring at first (``s0``-``s2``); any further one is a spare that a ring
+# change adds.
+FIRST_RING = 3
 ADMIN = "explorer"  # the owner of the world's own cluster (faults): never cut off
 CUT_MODES = ("refused", "unanswered", "late")
 
@@ -310,6 +325,7 @@ WRITES = frozenset(
         "fault.cut",
         "fault.heal",
         "fault.server-restart",
+        "fault.ring",
     }
 )
 
@@ -554,11 +570,18 @@ class _ExploredCluster(MemcacheCluster):
     own leases) on the schedule's virtual clock, epochs from the world's counter, waits made
     virtual sleeps (a yield point: others run while a revocation stands), and the servers
     named ``s0``, ``s1``, ... by their order, so that the ring places every key on the same
-    server in every session (real names carry the session's free ports)."""
+    server in every session (real names carry the session's free ports). Its ring is the
+    world's record, read again once per ``RING_LEASE_S`` (``ring``: a fixed one instead)."""
 
-    def __init__(self, world: World, owner: str) -> None:
+    def __init__(self, world: World, owner: str, ring: RingView | None = None) -> None:
         aliases = list(world.servers)
-        trust = ServerTrust(aliases, BOUNDS, clock=world.now, new_epoch=world.new_epoch)
+        trust = ServerTrust(
+            aliases,
+            BOUNDS,
+            clock=world.now,
+            new_epoch=world.new_epoch,
+            ring=ring or RingView(world.ring.record, world.ring, RING_LEASE_S, clock=world.now),
+        )
         super().__init__(world.addresses, trust=trust)
         named = dict(zip(aliases, world.addresses, strict=True))
         for pipe in self._pipes.values():
@@ -608,6 +631,7 @@ class World:
         self.servers = [f"s{i}" for i in range(len(self.addresses))]
         self.cuts: dict[tuple[str, str], str] = {}  # (process or "*", server): how it is cut
         self.held: dict[str, list[bytes]] = {}  # per server, requests it runs late (in order)
+        self.ring = _SwappedRing(self)  # the record every process reads
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
         self._epochs = 0
         self.admin = _ExploredCluster(self, ADMIN)  # the faults' own process
@@ -677,6 +701,29 @@ class World:
                     replies += chunk
         return len(payloads)
 
+    def settle_epochs(self, moving: RingRecord) -> tuple[str, ...]:
+        """``change_ring``'s step 3, as the operator's own process (``ring``: cut off a server
+        when everyone is) makes it: a lease on every server of both versions."""
+        cluster = _ExploredCluster(self, "ring", ring=RingView(moving))
+        try:
+            return tuple(cluster.unusable())
+        finally:
+            cluster.close()
+
+    def _owners(self, key: bytes) -> set[str]:
+        """The servers ``key`` is placed on by any version the record holds: where a copy of
+        it may be (``server_for`` refuses a key while it moves)."""
+        placements = [Placement(RingRecord.of(ring)) for ring in self.ring.record.rings]
+        return {p.nodes[o] for p in placements for o in p.owners([key]) if o != MOVED}
+
+    def _delete(self, keys: Sequence[bytes]) -> list[bytes]:
+        """Deletes the keys whose copy in use is on a server now (a key moving between servers
+        has none), as memcached losing an item would; returns them."""
+        usable = list(compress(keys, self.admin.available(keys)))
+        self.admin.delete_many(usable)
+        self._forget(usable)
+        return usable
+
     def cut_mode(self, owner: str, server: str) -> str | None:
         if owner == ADMIN:
             return None
@@ -687,13 +734,14 @@ class World:
         if isinstance(which, int):
             return self.servers[which % len(self.servers)]
         kind, user = which
-        return self.admin.server_for(f"{self.namespace}|{KIND_CODES[kind]}|{user}".encode())
+        head = f"{self.namespace}|{KIND_CODES[kind]}|{user}".encode()
+        return min(self._owners(head) & set(self.ring.record.servers))
 
     def restart_server(self, server: str) -> list[bytes]:
         """``server`` restarted empty (a flush of that server alone): its items are lost, and
         with them the epoch copies it kept as a guard of the others. The keys lost are those
         the (session-independent) ring puts there."""
-        lost = [k for k in self.present if self.admin.server_for(k) == server]
+        lost = [k for k in self.present if server in self._owners(k)]
         self.admin.flush_server(server)
         self._forget(lost)
         return lost
@@ -754,9 +802,7 @@ class World:
         if not keys:
             return None
         key: bytes = pick(keys)
-        self.admin.delete_many([key])
-        self._forget([key])
-        return key
+        return key if self._delete([key]) else None
 
     def footprint(self, call: str, args: tuple[Any, ...]) -> frozenset[str] | None:
         """``footprint``, and for a lease expiry the lists being rebuilt right now."""
@@ -776,17 +822,11 @@ class World:
         would."""
         heads = [k for k in self.present if k.count(SEP) == 2]
         found = self.admin.get_many(heads)
-        claims = sorted(k for k, v in found.items() if is_marker(k, v))
-        self.admin.delete_many(claims)
-        self._forget(claims)
-        return claims
+        return self._delete(sorted(k for k, v in found.items() if is_marker(k, v)))
 
     def lose_bodies(self) -> list[bytes]:
         """Every post body item believed present, deleted (graph/timelines/post_bodies.py)."""
-        lost = sorted(k for k in self.present if self._is_body(k))
-        self.admin.delete_many(lost)
-        self._forget(lost)
-        return lost
+        return self._delete(sorted(k for k in self.present if self._is_body(k)))
 
     def _is_body(self, key: bytes) -> bool:
         return key.startswith(f"{self.namespace}|{post_bodies.CODE}|".encode())
@@ -795,10 +835,7 @@ class World:
         """A memcached restart's loss spread over the servers: every key of this schedule in one
         half of a fixed hash is lost at once, the epochs left alone (``restart_server`` restarts
         one server, epoch copies and all)."""
-        lost = [k for k in self.present if zlib.crc32(k) % 2 == half]
-        self.admin.delete_many(lost)
-        self._forget(lost)
-        return lost
+        return self._delete([k for k in self.present if zlib.crc32(k) % 2 == half])
 
     # -- the verdict ------------------------------------------------------------------------------
 
@@ -895,6 +932,9 @@ class World:
         if call == "fault.server-restart":
             lost = sorted(self.short(k) for k in result or [])
             return f"SERVER {args[0]} RESTARTED EMPTY: lost {len(lost)} keys {' '.join(lost)}"
+        if call == "fault.ring":
+            version, state, servers = args
+            return f"RING version {version} {state}: {' '.join(servers)}"
         if call == "fault.cut":
             target, server, mode = args
             who = "everyone" if target == "*" else target
@@ -1091,7 +1131,7 @@ class _Forensics:
             return "unreachable-counter-drop-lost"
         key = f"{self.ns}|{KIND_CODES[kind]}|{user}".encode()
         writes = self._writes(edge, post)
-        commit, gen_prefix = self.layout.commit(key, kind)
+        commit, gen_prefix = self._commit(key, kind)
         token = self._last_token(key, gen_prefix, commit, member)
         extra = failure.kind.endswith("_extra")
         if token is not None:
@@ -1406,3 +1446,36 @@ class _Forensics:
             if s.call == "cache.delete_many" and s.actor != rebuilder and lease in s.args[0]:
                 return True
         return False
+
+
+class _SwappedRing(HeldRing):
+    """The world's ring record: first ``s0``-``s2``, the same in every session;
+    each swap (``change_ring``'s steps) is a step of the schedule, a fault that may hit any
+    process."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(RingRecord.of(world.servers[:FIRST_RING]))
+        self._world = world
+        self._first = self.record
+        self._seen: dict[str, RingRecord] = {}  # per actor, the record it last read
+
+    def read_ring(self) -> RingRecord | None:
+        """The record, and a line in the trace when the reading process finds it changed."""
+        record = super().read_ring()
+        sched = self._world.scheduler
+        actor = sched.current() if sched is not None else None
+        first = self._first
+        if record is not None and actor is not None and self._seen.get(actor, first) != record:
+            self._seen[actor] = record
+            state = "moving" if record.moving else "stable"
+            sched.note("ring.read", (record.version, state))
+        return record
+
+    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
+        sched = self._world.scheduler
+        state = "moving" if record.moving else "stable"
+        step = sched.pause("fault.ring", (record.version, state, record.servers)) if sched else None
+        swapped = super().swap_ring(expected, record)
+        if step is not None:
+            step.result, step.done = swapped, True
+        return swapped

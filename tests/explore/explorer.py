@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import random
 import tempfile
@@ -28,6 +29,7 @@ from tests.explore import adapter
 from tests.explore.model import POST_KINDS, Entry, Event, GraphModel, Kind, ListId
 from tests.explore.scheduler import Aborted, Hang, Scheduler, Step
 from timeline_fanout.memcache.cluster import MemcacheCluster
+from timeline_fanout.memcache.ring_change import change_ring, hold_s
 
 SCENARIOS = ("graph", "removal", "hotlist", "timeline", "deletion")
 TIMELINE_SCENARIOS = ("timeline", "deletion")
@@ -36,7 +38,12 @@ WRITER_ATTEMPTS = 6  # a consumer retries a failed batch; it never skips one
 # Steps from the last cache-server fault to the end of the claims it left (see server_faults).
 CLAIM_TTL_STEPS = 100
 # Fault actors: they own a process but use it for nothing a cut off a server would change.
-PASSIVE = frozenset({"evictor", "leaseclock", "restart"})
+PASSIVE = frozenset({"evictor", "leaseclock", "restart", "ring"})
+# A consumer's backoff while a ring change refuses its writes (consumers/loop.py: from 0.1 s,
+# doubling, at most 5 s), in virtual seconds; and how many such retries make a writer stuck.
+BACKOFF_S = (0.1, 5.0)
+RING_ATTEMPTS = 40
+HOLD_CHUNK = 5  # steps an operator's hold lets the others take before it reads the clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,7 @@ class Schedule:
     steps: list[Step] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    faults: str = ""  # the shares of cache-server faults and ring changes, as variables
 
     @property
     def name(self) -> str:
@@ -78,7 +86,7 @@ class Schedule:
     def report(self, limit: int = 400) -> str:
         lines = [
             f"== schedule {self.name} (strategy {self.strategy}, {len(self.steps)} steps) ==",
-            f"replay: FANOUT_EXPLORE_SEED={self.name} .venv/bin/python -m pytest "
+            f"replay: {self.faults}FANOUT_EXPLORE_SEED={self.name} .venv/bin/python -m pytest "
             "tests/explore -k replay -s",
             f"knobs: {self.knobs}",
             f"setup events: {' '.join(map(str, self.events[: self.setup]))}",
@@ -217,6 +225,7 @@ class Workload:
     body_loss: float = 0.0  # chance of post bodies lost just before a deleting batch
     polls: tuple[int, int] = (5, 10)  # reads of the poller
     server_faults: float = 0.35  # chance of cache-server faults (``Actors.server_faults``)
+    ring_changes: float = 0.15  # chance of a live ring change (``Actors.ring_change``)
 
     @property
     def live(self) -> list[Event]:
@@ -367,6 +376,7 @@ class Actors:
         self.sched = sched
         self.rng = rng
         self.run = run
+        self.ring_changes = False  # writers back off, as the consume loop does (``_deliver``)
 
     def spawn(
         self,
@@ -433,14 +443,25 @@ class Actors:
         self.spawn(name, body, wake_at)
 
     def _deliver(self, proc: adapter.Process, batch: list[Event]) -> None:
+        """A batch applied until it succeeds, a transient error retrying it at once. While a
+        ring change may refuse writes to keys it moves (for up to two holds), a retry waits
+        first, as the consume loop's backoff does, and many more are allowed."""
         self.sched.note("batch", (" ".join(map(str, batch)),))
-        for attempt in range(WRITER_ATTEMPTS):
+        self._retrying(functools.partial(proc.apply, batch))
+
+    def _retrying(self, action: Callable[[], None]) -> None:
+        attempts = RING_ATTEMPTS if self.ring_changes else WRITER_ATTEMPTS
+        backoff, most = BACKOFF_S
+        for attempt in range(attempts):
             try:
-                proc.apply(batch)
+                action()
                 return
             except Exception as exc:
-                if not adapter.is_transient(exc) or attempt == WRITER_ATTEMPTS - 1:
+                if not adapter.is_transient(exc) or attempt == attempts - 1:
                     raise
+            if self.ring_changes:
+                self.world.sleep(backoff)
+                backoff = min(2 * backoff, most)
 
     def reader(self, name: str, reads: list[tuple[int, list[ListId]]]) -> None:
         """Reads lists (rebuilding absent ones, compacting dirty ones) at the given steps."""
@@ -461,7 +482,8 @@ class Actors:
                 self.sched.idle_until(at)
                 name = "rebuild" if rebuild else "invalidate"
                 self.sched.note(name, tuple(f"{k}:{u}" for k, u in ids))
-                (proc.rebuild if rebuild else proc.invalidate)(ids)
+                # ``fanout rebuild-cache`` fails while the lists move; the operator runs it again.
+                self._retrying(functools.partial(proc.rebuild if rebuild else proc.invalidate, ids))
 
         self.spawn("invalidator", body, ops[0][0])
 
@@ -551,6 +573,41 @@ class Actors:
                 step.args, step.done = (expired,), True
 
         self.spawn("servers", body, faults[0].at)
+
+    def ring_change(self, at: int, leaving: int | None) -> None:
+        """The operator's ``fanout ring change`` (memcache/ring_change.py) at step ``at``: the
+        spare server joins the ring (3→4) and then, unless ``leaving`` is None, server
+        ``leaving`` leaves it: the spare again (3→4→3, a reversal) or one of the first three
+        (a server replaced). The ring never has fewer than three servers, so a server fault
+        beside it stays within what failover promises (docs/design/cache-failover.md). Every
+        process re-reads the record once per ``adapter.RING_LEASE_S``, so each changes state
+        at its own moment; a hold is spent as steps the others take, and whatever of it they
+        leave is slept (the processes' leases run out as it passes)."""
+        world, sched = self.world, self.sched
+        first = world.ring.record.servers
+        everyone = tuple(world.servers)
+        changes = [everyone]
+        if leaving is not None:
+            changes.append(tuple(s for i, s in enumerate(everyone) if i != leaving))
+        self.ring_changes = True
+
+        def hold(seconds: float) -> None:
+            """Until ``seconds`` have passed on the virtual clock: steps the others take, and
+            their sleeps (a writer's backoff); slept at once when nobody else runs."""
+            end = world.now() + seconds
+            while (left := end - world.now()) > 0:
+                chunk = min(HOLD_CHUNK, math.ceil(left / adapter.STEP_S))
+                before = world.now()
+                sched.idle_until(len(sched.steps) + chunk)
+                if world.now() - before < chunk * adapter.STEP_S:  # nobody else ran
+                    world.sleep(max(0.0, end - world.now()))
+
+        def body(proc: adapter.Process) -> None:
+            hold_for = hold_s(adapter.RING_LEASE_S, adapter.BOUNDS)
+            for servers in changes:
+                change_ring(world.ring, first, servers, hold_for, world.settle_epochs, sleep=hold)
+
+        self.spawn("ring", body, at)
 
     def restarter(self, at: int, half: int) -> None:
         def body(proc: adapter.Process) -> None:
@@ -673,6 +730,12 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
         processes = [a.partition("@")[0] for a in actors.run.actors]
         processes = [a for a in processes if a not in PASSIVE]
         actors.server_faults(server_faults(rng, horizon, processes, hot))
+    if rng.random() < load.ring_changes:  # drawn after the rest, for the same reason
+        leaving = rng.randrange(len(actors.world.servers) + 1)
+        actors.ring_change(
+            rng.randrange(5, max(6, horizon // 2)),
+            leaving if leaving < len(actors.world.servers) else None,
+        )
 
 
 # -- one schedule --------------------------------------------------------------------------------
@@ -686,12 +749,14 @@ def run_schedule(
     strategy: str | None = None,
     crashes: bool = True,
     server_faults: float | None = None,
+    ring_changes: float | None = None,
 ) -> Schedule:
     """Draw, run and check one schedule. Deterministic in (scenario, seed, strategy,
     crashes, server_faults); ``crashes=False`` leaves out crashes between a batch's store and
     list steps (the one fault that breaks a list even without concurrency); ``server_faults``
     is the chance of cache-server faults (default: the scenario's, or
-    ``FANOUT_EXPLORE_SERVER_FAULTS``)."""
+    ``FANOUT_EXPLORE_SERVER_FAULTS``), ``ring_changes`` that of a live ring change (or
+    ``FANOUT_EXPLORE_RING_CHANGES``)."""
     rng = random.Random(f"{scenario}:{seed}")  # str seeds hash with sha512: stable everywhere
     knobs = adapter.Knobs(
         # Hot lists get tiny shards (a few tokens each) so that rollovers race each other.
@@ -712,6 +777,13 @@ def run_schedule(
     )
     if share is not None:
         load.server_faults = float(share)
+    ring = os.environ.get("FANOUT_EXPLORE_RING_CHANGES") if ring_changes is None else ring_changes
+    if ring is not None:
+        load.ring_changes = float(ring)
+    run.faults = (
+        f"FANOUT_EXPLORE_SERVER_FAULTS={load.server_faults} "
+        f"FANOUT_EXPLORE_RING_CHANGES={load.ring_changes} "
+    )
     run.events, run.setup = load.log.events, load.setup
     db = workdir / f"{scenario}-{seed}.db"
     for stale in workdir.glob(f"{db.name}*"):

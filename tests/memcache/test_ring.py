@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.held_ring import HeldRing
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView, family
 
 THREE = ("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211")
@@ -91,30 +92,9 @@ def test_a_record_reads_back_as_written() -> None:
     assert record.version == 3 and record.moving
 
 
-class Shared:
-    """A ring record held in this process (the stores are tested in tests/graph/stores)."""
-
-    def __init__(self, record: RingRecord | None) -> None:
-        self.record = record
-        self.reads = 0
-        self.broken = False
-
-    def read_ring(self) -> RingRecord | None:
-        self.reads += 1
-        if self.broken:
-            raise OSError("the shared place does not answer")
-        return self.record
-
-    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
-        if self.record != expected:
-            return False
-        self.record = record
-        return True
-
-
 def test_a_view_reads_the_record_again_only_when_its_lease_ran_out() -> None:
     now = [0.0]
-    source = Shared(RingRecord.of(THREE))
+    source = HeldRing(RingRecord.of(THREE))
     view = RingView(RingRecord.of(FOUR), source, lease_s=5.0, clock=lambda: now[0])
     assert view.current() is None  # never read: no lease
     assert view.renewed() is not None and view.record.servers == THREE
@@ -129,7 +109,7 @@ def test_a_view_reads_the_record_again_only_when_its_lease_ran_out() -> None:
 
 def test_a_view_that_cannot_read_the_record_places_no_key() -> None:
     now = [0.0]
-    source = Shared(RingRecord.of(THREE))
+    source = HeldRing(RingRecord.of(THREE))
     view = RingView(RingRecord.of(THREE), source, lease_s=1.0, clock=lambda: now[0])
     assert view.renewed() is not None
     now[0] = 1.5
@@ -138,7 +118,7 @@ def test_a_view_that_cannot_read_the_record_places_no_key() -> None:
 
 
 def test_a_view_of_a_store_without_a_record_uses_the_configured_servers() -> None:
-    view = RingView(RingRecord.of(THREE), Shared(None), lease_s=1.0, clock=lambda: 0.0)
+    view = RingView(RingRecord.of(THREE), HeldRing(None), lease_s=1.0, clock=lambda: 0.0)
     placement = view.renewed()
     assert placement is not None and placement.nodes == sorted(THREE)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.held_ring import HeldRing
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster, Outcome
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
@@ -27,27 +28,10 @@ def four() -> Iterator[list[str]]:
         yield sorted(f"{h}:{p}" for _, (h, p) in (a, b, c, d))
 
 
-class Shared:
-    def __init__(self, record: RingRecord) -> None:
-        self.record: RingRecord | None = record
-        self.broken = False
-
-    def read_ring(self) -> RingRecord | None:
-        if self.broken:
-            raise OSError("unreachable")
-        return self.record
-
-    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
-        if self.record != expected:
-            return False
-        self.record = record
-        return True
-
-
 class Clients:
     """One process: a blocking and an event-loop client sharing a trust and a ring view."""
 
-    def __init__(self, servers: list[str], source: Shared) -> None:
+    def __init__(self, servers: list[str], source: HeldRing) -> None:
         self.now = 0.0
         self.view = RingView(RingRecord.of(servers), source, 10.0, clock=lambda: self.now)
         trust = ServerTrust(servers, BOUNDS, ring=self.view)
@@ -83,7 +67,7 @@ def split(record: RingRecord) -> tuple[list[bytes], list[bytes]]:
 
 
 def test_a_moving_key_is_missing_for_reads_and_refused_for_writes(four: list[str]) -> None:
-    source = Shared(RingRecord.of(four[:3]))
+    source = HeldRing(RingRecord.of(four[:3]))
     process = Clients(four[:3], source)
     process.blocking.settle()
     assert set(process.blocking.set_many(dict.fromkeys(KEYS, b"v")).values()) == {Outcome.STORED}
@@ -107,7 +91,7 @@ def test_a_moving_key_is_missing_for_reads_and_refused_for_writes(four: list[str
 
 
 def test_a_moved_key_is_one_item_for_both_clients_under_its_new_name(four: list[str]) -> None:
-    source = Shared(RingRecord.of(four[:3]))
+    source = HeldRing(RingRecord.of(four[:3]))
     old = Clients(four[:3], source)
     old.blocking.settle()
     old.blocking.set_many(dict.fromkeys(KEYS, b"old"))
@@ -132,7 +116,7 @@ def test_a_moved_key_is_one_item_for_both_clients_under_its_new_name(four: list[
 
 
 def test_a_process_that_cannot_read_the_record_uses_no_server(four: list[str]) -> None:
-    source = Shared(RingRecord.of(four[:3]))
+    source = HeldRing(RingRecord.of(four[:3]))
     process = Clients(four[:3], source)
     process.blocking.settle()
     process.blocking.set_many(dict.fromkeys(KEYS, b"v"))
@@ -149,7 +133,7 @@ def test_a_process_that_cannot_read_the_record_uses_no_server(four: list[str]) -
 def test_replies_kept_from_another_ring_are_not_taken_for_this_ones(four: list[str]) -> None:
     """The page memo hands back a read's replies to compare with; under another ring the same
     keys are split otherwise, so they must be read and parsed afresh."""
-    source = Shared(RingRecord.of(four[:3]))
+    source = HeldRing(RingRecord.of(four[:3]))
     process = Clients(four[:3], source)
     process.blocking.settle()
     process.blocking.set_many(dict.fromkeys(KEYS, b"v"))
@@ -178,7 +162,7 @@ def test_replies_kept_from_another_ring_are_not_taken_for_this_ones(four: list[s
 def test_an_event_loop_read_first_after_a_reversal_asks_the_new_names(four: list[str]) -> None:
     """The event loop's first read under a record places the keys itself: the names come
     from that placement, never from keys a blocking read happened to place before."""
-    source = Shared(RingRecord.of(four[:3]))
+    source = HeldRing(RingRecord.of(four[:3]))
     first = Clients(four[:3], source)
     first.blocking.settle()
     first.blocking.set_many(dict.fromkeys(KEYS, b"left behind"))
@@ -215,7 +199,7 @@ class PausedMidRead:
 def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
     four: list[str],
 ) -> None:
-    source = Shared(RingRecord.of(four[:3]))
+    source = HeldRing(RingRecord.of(four[:3]))
     writer, reader = Clients(four[:3], source), Clients(four[:3], source)
     for process in (writer, reader):
         process.switch()

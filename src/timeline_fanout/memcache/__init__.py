@@ -8,13 +8,21 @@ and a server that cannot be reached is `CacheUnavailable`, never a miss.
 
 from timeline_fanout.memcache.cluster import MemcacheCluster, keep_ttl
 from timeline_fanout.memcache.interface import Cache
-from timeline_fanout.memcache.wire import NOT_READ, CacheUnavailable, Item, Outcome, Refused
+from timeline_fanout.memcache.wire import (
+    NOT_READ,
+    CacheUnavailable,
+    Item,
+    KeysMoving,
+    Outcome,
+    Refused,
+)
 
 __all__ = [
     "NOT_READ",
     "Cache",
     "CacheUnavailable",
     "Item",
+    "KeysMoving",
     "MemcacheCluster",
     "Outcome",
     "Refused",

@@ -36,6 +36,7 @@ from timeline_fanout.memcache.wire import (
     QUIET_VALUE_MAX,
     CacheUnavailable,
     Item,
+    KeysMoving,
     Outcome,
     Refused,
     ServerPipe,
@@ -232,12 +233,12 @@ class MemcacheCluster:
         ``since`` (a ``checkpoint``), or is unavailable now, may have been skipped because of
         it (a read that decides a write missed them), so that server missed writes and is
         revoked, as if they had been sent (``CacheUnavailable`` if nothing can record it). A
-        key moving between servers raises ``CacheUnavailable``: the write must be made again
+        key moving between servers raises ``KeysMoving``: the write must be made again
         once this process uses the ring's next state (memcache/ring.py)."""
         placement = self._placement()
         owners = [MOVED] * len(keys) if placement is None else placement.owners(keys)
         if MOVED in owners:
-            raise CacheUnavailable("memcached ring: keys written are moving between servers")
+            raise KeysMoving("memcached ring: keys written are moving between servers")
         assert placement is not None  # no owner is MOVED
         for node in sorted({placement.nodes[o] for o in owners}):
             if self._unanswered_at.get(node, 0) > since or self._usable(node) is None:
@@ -258,7 +259,7 @@ class MemcacheCluster:
         them wrote, its epoch is revoked before this returns (memcache/trust.py).
 
         A key moving between servers (memcache/ring.py) is read as missing; a write to one is
-        not sent, and raises ``CacheUnavailable`` once the rest is done: the writer's batch
+        not sent, and raises ``KeysMoving`` once the rest is done: the writer's batch
         must wait for this process's next ring state, and is made again then."""
         placement = self._placement()
         nodes = placement.nodes if placement is not None else []
@@ -351,7 +352,7 @@ class MemcacheCluster:
         if placement is not None and self._trust.ring.current() is not placement:
             self._unplaced(jobs, done, placement)
         if unwritten:
-            raise CacheUnavailable("memcached ring: keys written are moving between servers")
+            raise KeysMoving("memcached ring: keys written are moving between servers")
         return done
 
     def _unplaced(

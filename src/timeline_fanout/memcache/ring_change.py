@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from timeline_fanout.memcache.cluster import MemcacheCluster
 from timeline_fanout.memcache.ring import RingRecord, RingSource, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 
-__all__ = ["RingChangeError", "RingChanged", "change_ring", "hold_s"]
+__all__ = [
+    "EpochSettler",
+    "RingChangeError",
+    "RingChanged",
+    "change_ring",
+    "hold_s",
+    "settle_epochs",
+]
 
 
 class RingChangeError(RuntimeError):
@@ -40,6 +47,14 @@ class RingChanged(NamedTuple):
     unsettled: tuple[str, ...]
 
 
+class EpochSettler(Protocol):
+    """Step 3: takes a lease on every server of both versions under the ``moving`` record,
+    which gives the guards new in its target the epoch the old guards agree on; returns the
+    servers that stayed unusable."""
+
+    def __call__(self, moving: RingRecord) -> tuple[str, ...]: ...
+
+
 def hold_s(ring_lease_s: float, bounds: TrustSettings) -> float:
     """How long a step waits for every process to have read it: a ring lease, plus an
     exchange begun just before it ran out (a guard read and a request, each bounded by the
@@ -52,7 +67,7 @@ def change_ring(
     configured: Sequence[str],
     servers: Sequence[str],
     hold: float,
-    bounds: TrustSettings,
+    settle: EpochSettler,
     say: Callable[[str], None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> RingChanged:
@@ -76,7 +91,7 @@ def change_ring(
         record = moving
         say(f"version {record.version} moving to {', '.join(target)}; waiting {hold:.0f} s")
     sleep(hold)
-    unsettled = _settle_epochs(record, bounds)
+    unsettled = settle(record)
     stable = record.settled()
     _swap(source, record, stable)
     say(f"version {stable.version} stable; waiting {hold:.0f} s")
@@ -89,15 +104,17 @@ def _swap(source: RingSource, expected: RingRecord | None, record: RingRecord) -
         raise RingChangeError("the ring record changed meanwhile: another change is under way")
 
 
-def _settle_epochs(moving: RingRecord, bounds: TrustSettings) -> tuple[str, ...]:
-    """Takes a lease on every server of both versions under the moving record, which gives
-    the guards new in the target the epoch the old ones agree on; the servers that stayed
-    unusable."""
-    nodes = sorted({node for ring in moving.rings[-2:] for node in ring})
-    pairs = [(host, int(port)) for host, port in (node.rsplit(":", 1) for node in nodes)]
-    trust = ServerTrust(nodes, bounds, ring=RingView(moving))
-    cluster = MemcacheCluster(pairs, trust=trust)
-    try:
-        return tuple(cluster.unusable())
-    finally:
-        cluster.close()
+def settle_epochs(bounds: TrustSettings) -> EpochSettler:
+    """Step 3 over the servers the record names (host:port), each reached within ``bounds``."""
+
+    def settle(moving: RingRecord) -> tuple[str, ...]:
+        nodes = sorted({node for ring in moving.rings[-2:] for node in ring})
+        pairs = [(host, int(port)) for host, port in (node.rsplit(":", 1) for node in nodes)]
+        trust = ServerTrust(nodes, bounds, ring=RingView(moving))
+        cluster = MemcacheCluster(pairs, trust=trust)
+        try:
+            return tuple(cluster.unusable())
+        finally:
+            cluster.close()
+
+    return settle

@@ -76,6 +76,12 @@ class CacheUnavailable(RuntimeError):
     on it is known, and the connection is closed so the next call starts clean."""
 
 
+class KeysMoving(CacheUnavailable):
+    """Writes to keys moving between servers were not sent (memcache/ring.py). A writer makes
+    them again once its process uses the ring's next state; a reader's fill or build is only
+    left undone, and the reader answers from the store."""
+
+
 # An item's time to live when the meta get did not ask for it (``writable=False``).
 NOT_READ = -2
 

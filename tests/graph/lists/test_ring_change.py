@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.held_ring import HeldRing
 from timeline_fanout.consumers.graph_apply import GraphApplier, Recorded
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
@@ -112,27 +113,11 @@ def wrong(process: Process, store: SqliteEdgeStore, unapplied: set[ListRef]) -> 
     ]
 
 
-class Shared:
-    """The ring record every process reads."""
-
-    def __init__(self, record: RingRecord) -> None:
-        self.record: RingRecord | None = record
-
-    def read_ring(self) -> RingRecord | None:
-        return self.record
-
-    def swap_ring(self, expected: RingRecord | None, record: RingRecord) -> bool:
-        if self.record != expected:
-            return False
-        self.record = record
-        return True
-
-
 def test_lists_stay_exact_through_a_server_added_and_removed_with_processes_in_mixed_states(
     four: list[Server], sqlite_store: SqliteEdgeStore, unique: str
 ) -> None:
     three = four[:3]
-    source = Shared(RingRecord.of(names(three)))
+    source = HeldRing(RingRecord.of(names(three)))
     writers = Writers(Graph(sqlite_store, 7))
     w1, w2, r1, r2 = (Process(three, source, sqlite_store, unique) for _ in range(4))
     every = (w1, w2, r1, r2)
@@ -186,7 +171,7 @@ def test_a_write_to_a_moving_list_is_refused_not_skipped(
 ) -> None:
     """A moving process must not commit a write it could not make: the copy a process still
     stable at the old version reads would miss it for good."""
-    source = Shared(RingRecord.of(names(four[:3])))
+    source = HeldRing(RingRecord.of(names(four[:3])))
     writer = Process(four[:3], source, sqlite_store, unique)
     graph = Graph(sqlite_store, 8)
     Writers(graph).write(writer, 300)

@@ -10,7 +10,12 @@ from timeline_fanout.cli import wiring
 from timeline_fanout.cli.commands.base import Subcommands, console, err_console
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.ring import RingRecord
-from timeline_fanout.memcache.ring_change import RingChangeError, change_ring, hold_s
+from timeline_fanout.memcache.ring_change import (
+    RingChangeError,
+    change_ring,
+    hold_s,
+    settle_epochs,
+)
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -44,7 +49,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             configured,
             servers,
             hold_s(settings.ring_lease_s, bounds),
-            bounds,
+            settle_epochs(bounds),
             say=err_console.print,
         )
     except (RingChangeError, ValueError) as exc:

@@ -36,12 +36,13 @@ elected, until the first elected count ends.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from typing import NamedTuple, Protocol
 
 from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
 from timeline_fanout.graph.model.edges import EdgeCounts, EdgeGraph
 from timeline_fanout.graph.model.keys import KeySpace
-from timeline_fanout.memcache import Item, Outcome
+from timeline_fanout.memcache import Item, KeysMoving, Outcome
 from timeline_fanout.memcache.interface import Cache
 
 FILLING = b"~"
@@ -123,18 +124,25 @@ class CachedCounts:
         lease = self._keys.count_lease_keys([user])[0]
         if not self._cache.available([lease])[0]:  # its server down, or moving: no election
             return True
-        won = self._cache.add_many({lease: b"1"}, self._recount_s)
+        try:
+            won = self._cache.add_many({lease: b"1"}, self._recount_s)
+        except KeysMoving:  # it began moving meanwhile: no election either
+            return True
         return won.get(lease) is Outcome.STORED
 
     def _fill(self, key: bytes, user: str) -> EdgeCounts:
-        self._cache.add_many({key: FILLING}, self._expire)
+        """The fence: ``~`` ADDed, read with ``gets``, the store counted, CAS. An item that
+        begins moving between servers meanwhile (memcache/ring.py) is left unwritten."""
+        with suppress(KeysMoving):  # then read as absent: nothing CAS'd
+            self._cache.add_many({key: FILLING}, self._expire)
         seen: Item | None = self._cache.gets_many([key]).get(key)
         counted = self._store.recounted(user)
         if seen is not None and ((cached := _parse(seen.value)) is None or cached.stale):
             value = b"%s %d %d" % (_COUNTED, counted.followers, counted.following)
-            stored = self._cache.cas_many({key: (value, seen.cas)}, self._expire)
-            if stored.get(key) is not Outcome.STORED:
-                self._leave_stale(key, value)
+            with suppress(KeysMoving):
+                stored = self._cache.cas_many({key: (value, seen.cas)}, self._expire)
+                if stored.get(key) is not Outcome.STORED:
+                    self._leave_stale(key, value)
         return counted
 
     def _leave_stale(self, key: bytes, value: bytes) -> None:

@@ -29,6 +29,7 @@ from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.memcache.interface import Cache
+from timeline_fanout.memcache.wire import KeysMoving
 
 __all__ = [
     "EachAppending",
@@ -291,8 +292,9 @@ class TokenLists(Generic[L]):
         """Every list in one pass per round (multi-GETs with CAS ids, so that a dirty list is
         compacted without another read); absent lists are built from the source. A list that
         another client is building is waited for a little, then read from the store. A list
-        with an item on an unavailable server (memcache/trust.py) is answered from the source
-        and nothing is written for it: exact, at the cost of a store read."""
+        with an item on an unavailable server (memcache/trust.py), or moving between servers
+        (memcache/ring.py), is answered from the source and nothing is written for it: exact,
+        at the cost of a store read."""
         result: dict[ListRef, frozenset[str]] = {}
         todo = list(dict.fromkeys(refs))
         for attempt in range(BUILD_WAIT_ROUNDS + MAX_WRITE_ATTEMPTS):
@@ -301,15 +303,22 @@ class TokenLists(Generic[L]):
             usable = self.cache.available(self.index_keys(todo))
             self._from_source([ref for ref, ok in zip(todo, usable, strict=True) if not ok], result)
             todo = list(compress(todo, usable))
-            read = self.layout.read_round(todo)
-            result.update(read.found)
-            # A server that failed during the round made its lists absent: not to be built.
-            usable = self.cache.available(self.index_keys(read.absent))
-            self._from_source(read.unavailable, result)
-            self._from_source(
-                [r for r, ok in zip(read.absent, usable, strict=True) if not ok], result
-            )
-            built = self.rebuild_many(list(compress(read.absent, usable)))
+            try:
+                read = self.layout.read_round(todo)
+                result.update(read.found)
+                # A server that failed during the round made its lists absent: not built.
+                usable = self.cache.available(self.index_keys(read.absent))
+                self._from_source(read.unavailable, result)
+                self._from_source(
+                    [r for r, ok in zip(read.absent, usable, strict=True) if not ok], result
+                )
+                built = self.rebuild_many(list(compress(read.absent, usable)))
+            except KeysMoving:
+                # The ring moved on mid-round (this process's lease on it ran out): a
+                # compaction or a build was left undone. Round again: lists that move are
+                # then answered from the source.
+                self.stats.retries += 1
+                continue
             result.update({ref: members for ref, members in built.items() if members is not None})
             todo = [ref for ref, members in built.items() if members is None]
             todo += read.again + read.building

@@ -22,6 +22,7 @@ not needed to find it), so any well-formed cursor is a place, as any id is in a 
 from __future__ import annotations
 
 from bisect import bisect_left
+from contextlib import suppress
 from dataclasses import dataclass
 
 from timeline_fanout.graph.lists.tokens import CorruptMember
@@ -30,7 +31,7 @@ from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get, run_blocking
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
-from timeline_fanout.memcache import Item
+from timeline_fanout.memcache import Item, KeysMoving
 from timeline_fanout.memcache.interface import Cache
 
 ITEM_POSTS = 200  # an author's newest posts held in the item: the first pages of every reader
@@ -167,16 +168,18 @@ class AuthorPages:
     def _fill(self, user: str, key: bytes) -> Newest:
         """The fence (module docstring): ``~`` ADDed, read with ``gets``, the store read, CAS.
         An item whose server is unavailable (down, or moving: memcache/ring.py) is answered
-        from the store and not written."""
+        from the store and not written, as is one that begins moving meanwhile."""
         if not self._cache.available([key])[0]:
             posts = self._store.author_posts(user, ITEM_POSTS + 1)
             return Newest.parse(Newest.encode(posts)) or Newest([], True)
-        self._cache.add_many({key: FILLING}, self._expire)
+        with suppress(KeysMoving):  # then read as absent: nothing CAS'd
+            self._cache.add_many({key: FILLING}, self._expire)
         seen: Item | None = self._cache.gets_many([key]).get(key)
         posts = self._store.author_posts(user, ITEM_POSTS + 1)
         value = Newest.encode(posts)
         if seen is not None and Newest.parse(seen.value) is None:
-            self._cache.cas_many({key: (value, seen.cas)}, self._expire)
+            with suppress(KeysMoving):
+                self._cache.cas_many({key: (value, seen.cas)}, self._expire)
         return Newest.parse(value) or Newest([], True)
 
     def invalidate(self, authors: list[str]) -> None:

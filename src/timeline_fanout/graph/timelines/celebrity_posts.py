@@ -40,6 +40,7 @@ import functools
 import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import suppress
 from typing import NamedTuple
 
 from timeline_fanout.graph.model.edges import PostsAndCelebrities
@@ -47,7 +48,7 @@ from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.plan import Plan, blocking
-from timeline_fanout.memcache import Item, Outcome
+from timeline_fanout.memcache import Item, KeysMoving, Outcome
 from timeline_fanout.memcache.interface import Cache
 
 DEFAULT_TTL_S = 5
@@ -114,7 +115,12 @@ class CelebrityPosts:
         if left <= 0 or not values:
             return
         write = self._cache.add_many if add else self._cache.set_many
-        outcomes = write(values, math.ceil(left))
+        try:
+            outcomes = write(values, math.ceil(left))
+        except KeysMoving:
+            if not add:
+                raise  # the consumer's refresh is made again after the move
+            return  # a reader's rebuild: its items moving now are rebuilt after the move
         too_large = [k for k in self.set_keys if outcomes.get(k) is Outcome.TOO_LARGE]
         if too_large and not self._warned_too_large:
             self._warned_too_large = True
@@ -212,9 +218,11 @@ class CelebrityPosts:
 
     def drop(self, authors: Sequence[str]) -> None:
         """Deletes these authors' items (one held a member not of our form): the next reader
-        rebuilds them from the store."""
+        rebuilds them from the store (those moving between servers meanwhile are not deleted:
+        the move leaves their copy behind, and the next reader reads the store)."""
         if authors:
-            self._cache.delete_many(self.keys(authors))
+            with suppress(KeysMoving):
+                self._cache.delete_many(self.keys(authors))
 
     # -- the fan-out consumer --------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import NamedTuple
@@ -71,7 +72,7 @@ from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get, run_blocking
-from timeline_fanout.memcache import Item, Outcome
+from timeline_fanout.memcache import Item, KeysMoving, Outcome
 from timeline_fanout.memcache.interface import Cache
 
 LIVE = b"t"
@@ -237,12 +238,13 @@ class PostBodies:
         """``missing`` (not found, or not readable, in ``got``) filled: ``~`` ADDed where an
         item is absent and its server usable, read again with ``gets``, and the store's answer
         CAS'd over what those found (items on an unavailable server are answered from the
-        store and not filled)."""
+        store and not filled, as are items that begin moving between servers meanwhile)."""
         seen = {key: got[key] for key in missing if key in got}
         empty = [key for key in missing if key not in got]
         fillable = list(compress(empty, self._cache.available(empty))) if empty else []
         if fillable:
-            self._cache.add_many(dict.fromkeys(fillable, FILLING), self._expire)
+            with suppress(KeysMoving):  # those moving now are read as absent: not filled
+                self._cache.add_many(dict.fromkeys(fillable, FILLING), self._expire)
             seen.update(self._cache.gets_many(fillable))
         fill = {}
         for key, post in missing.items():
@@ -280,8 +282,9 @@ class PostBodies:
                 value = _encode(stored.texts[ref])
             if item is not None:
                 writes[key] = (value, item.cas)
-        if writes:
-            self._cache.cas_many(writes, self._expire)  # failed: someone wrote since; theirs stands
+        if writes:  # failed: someone wrote since, and theirs stands; or the item moves
+            with suppress(KeysMoving):
+                self._cache.cas_many(writes, self._expire)
 
     def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
         """``PostStore.store_posts`` inside the fence, so that the posts' items are live before
@@ -330,7 +333,8 @@ class PostBodies:
         docstring)."""
         key = self.mark_key(reader)
         if key not in found and self._cache.available([key])[0]:
-            self._cache.add_many({key: self._fresh_mark()}, self._expire)
+            with suppress(KeysMoving):  # it began moving: put by a read after the move
+                self._cache.add_many({key: self._fresh_mark()}, self._expire)
 
     def _fresh_mark(self) -> bytes:
         """Never a value the mark held before: 96 random bits."""

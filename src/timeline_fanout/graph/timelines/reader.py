@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from itertools import chain
 from typing import NamedTuple
@@ -35,6 +36,7 @@ from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.plan import Plan, blocking, run_blocking
 from timeline_fanout.graph.timelines.post_bodies import PostBodies, post_name
 from timeline_fanout.graph.timelines.view import followed_posts, visible_page
+from timeline_fanout.memcache import KeysMoving
 
 __all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
 
@@ -173,7 +175,7 @@ class TimelineReader:
             return (yield from self._reading(user, limit, cursor, first))
         except (CorruptList, CorruptMember):
             ref = ListRef(ListKind.TIMELINE, user)
-            yield from blocking("a corrupt timeline", lambda: self.timelines.invalidate([ref]))
+            yield from blocking("a corrupt timeline", functools.partial(self._dropped, ref))
             return (yield from self._reading(user, limit, cursor, None))
 
     def _reading(
@@ -281,10 +283,19 @@ class TimelineReader:
                     "a displaced timeline", functools.partial(self._regenerated, user)
                 )
 
+    def _dropped(self, ref: ListRef) -> None:
+        """A corrupt timeline dropped, unless it began moving between servers: then the move
+        leaves it behind, and the read after this one reads the store."""
+        with suppress(KeysMoving):
+            self.timelines.invalidate([ref])
+
     def _regenerated(self, user: str) -> list[str]:
-        """``user``'s timeline dropped and read again (rebuilt from the store), ascending."""
+        """``user``'s timeline dropped and read again (rebuilt from the store), ascending. A
+        timeline that began moving between servers (memcache/ring.py) is left where it is, and
+        read from the store."""
         ref = ListRef(ListKind.TIMELINE, user)
-        self.timelines.invalidate([ref])
+        with suppress(KeysMoving):
+            self.timelines.invalidate([ref])
         return sorted(self.timelines.read(ref))
 
     def kept_from(self, ascending: list[str]) -> str:
