@@ -9,6 +9,7 @@ waits allow (neighbouring states) are made here one by one."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -17,6 +18,7 @@ from timeline_fanout.consumers.graph_apply import GraphApplier, Recorded
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import CacheUnavailable, MemcacheCluster
@@ -186,3 +188,40 @@ def test_a_write_to_a_moving_list_is_refused_not_skipped(
         except CacheUnavailable:
             refused += 1
     assert 0 < refused < len(USERS)  # the moving lists' writes, and only theirs
+
+
+class MovesOnSnapshot:
+    """The edge store, through which the ring begins moving just as a build reads it: after
+    the build's claims, before its commit (the process's lease on the record runs out then)."""
+
+    def __init__(self, store: SqliteEdgeStore, source: HeldRing, target: tuple[str, ...]) -> None:
+        self.store, self.source, self.target = store, source, target
+        self.process: Process | None = None
+
+    def snapshot(self, ref: ListRef) -> Snapshot:
+        record = self.source.record
+        if self.process is not None and record is not None and not record.moving:
+            assert self.source.swap_ring(record, record.moved_to(self.target))
+            self.process.switch()
+        return self.store.snapshot(ref)
+
+
+def test_a_list_whose_items_begin_moving_during_its_build_is_answered_from_the_store(
+    four: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """A reader whose ring lease runs out between its claim and its commit finds the list's
+    items moving: the commit is not sent (``KeysMoving``), and the reader answers from the
+    store instead of failing."""
+    Graph(sqlite_store, 9).changes(300)
+    source = HeldRing(RingRecord.of(names(four[:3])))
+    store = MovesOnSnapshot(sqlite_store, source, names(four))
+    reader = Process(four[:3], source, cast(SqliteEdgeStore, store), unique)
+    cast(MemcacheCluster, reader.lists.cache).settle()
+    store.process = reader
+    builds = reader.lists.stats.rebuilds
+    read = reader.lists.read_many(refs())
+    assert read == {ref: frozenset(sqlite_store.all_members(ref)) for ref in refs()}
+    moving = reader.lists.cache.available(reader.lists.index_keys(refs()))
+    assert source.record is not None and source.record.moving
+    assert 0 < moving.count(False) < len(refs())  # some builds met their items moving
+    assert reader.lists.stats.rebuilds - builds == moving.count(True)  # the others committed

@@ -261,8 +261,9 @@ class TokenLists(Generic[L]):
 
     def rebuild_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
         """Build absent lists from the store through the fence: the members committed, or None
-        where this client did not commit (another client holds the claim, or the claim was
-        broken), in which case the caller goes round again."""
+        where this client did not commit (another client holds the claim, the claim was
+        broken, or the list began moving between servers), in which case the caller goes
+        round again."""
         unique = list(dict.fromkeys(refs))
         if not unique:
             return {}
@@ -273,6 +274,10 @@ class TokenLists(Generic[L]):
         won = self.layout.claim({keys[ref]: gens[ref] for ref in unique})
         mine = [ref for ref in unique if keys[ref] in won]
         snapshots = {ref: self.source.snapshot(ref) for ref in mine}
+        # The ring may have moved on since the claims (this process's lease on it ran out
+        # while the store was read): lists whose items now move are not committed, and their
+        # claims expire on copies only processes at the old version read.
+        mine = list(compress(mine, self.cache.available([keys[ref] for ref in mine])))
         committed = self.layout.commit({keys[ref]: (gens[ref], snapshots[ref]) for ref in mine})
         result: dict[ListRef, frozenset[str] | None] = dict.fromkeys(unique)
         for ref in mine:
