@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 import uvloop
+from pymemcache.client.base import Client
 
 from tests.conftest import Refused
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
 from timeline_fanout.memcache.ring import RingRecord
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
 from timeline_fanout.memcache.wire import NOT_READ
 from timeline_fanout_devstack.memcached_processes import own_server, stop
 from timeline_fanout_devstack.stack import StackState
@@ -496,6 +497,37 @@ def test_remembered_plans_hold_a_bounded_number_of_keys(
             assert (await client.gets_replies(many)).found == {}
             assert set(await client.gets_many(one_off)) == {b"k0", b"k7"}
             assert many not in client._plans and one_off not in client._plans
+        finally:
+            client.close()
+
+    run_on_both_loops(main)
+
+
+@pytest.mark.parametrize("revoked_on", [0, 1])
+def test_no_lease_is_taken_while_the_guards_disagree_whichever_guard_holds_the_revocation(
+    servers: Servers, cache: MemcacheCluster, revoked_on: int
+) -> None:
+    """A writer that could not reach a server revoked its epoch on the guards it reached; a
+    guard it did not reach still holds the epoch. The items under that epoch missed the write:
+    the event loop must not take a lease on them, whichever guard answers last."""
+    names = sorted(f"{host}:{port}" for host, port in servers)
+    cache.settle()
+    keys = [b"d%d" % i for i in range(200)]
+    target = cache.server_for(keys[0])
+    mine = [k for k in keys if cache.server_for(k) == target][:5]
+    cache.set_many(dict.fromkeys(mine, b"old"))
+    guards = cache.trust.guards(target)
+    assert len(guards) == 2
+    host, port = guards[revoked_on].rsplit(":", 1)
+    guard = Client((host, int(port)), default_noreply=False)
+    assert guard.set(epoch_key(target), b"revoked:one-writer")
+    guard.close()
+
+    async def main() -> None:
+        client = AsyncMemcache(servers, trust=ServerTrust(names, TrustSettings(timeout_s=TIMEOUT)))
+        try:
+            with pytest.raises(CacheUnavailable):  # left to the blocking read: no lease
+                await client.gets_many(mine)
         finally:
             client.close()
 

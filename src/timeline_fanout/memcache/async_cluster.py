@@ -350,10 +350,19 @@ class AsyncMemcache:
             for guard, keys in asked.items()
         )
         taken = trust.clock()
-        found = _found(plan, await self._exchange(plan, None, False))
+        parts = await self._exchange(plan, None, False)
+        # Per guard: its copies. The epoch key is the same key on every guard, so the replies
+        # must not be merged by key (the last guard's copy would stand for all of them, and a
+        # revocation on another guard would go unseen).
+        held = {
+            part.node: dict(zip(part.keys, waiting.found, strict=True))
+            for part, waiting in zip(plan, parts, strict=True)
+        }
         for node in wanted:
             copies = [
-                found.get(epoch_key(node)) for g in trust.guards(node) if not trust.was_down(g)
+                held.get(g, {}).get(epoch_key(node))  # a guard not asked: no lease
+                for g in trust.guards(node)
+                if not trust.was_down(g)
             ]
             epoch = trust.agreed([c.value if c else None for c in copies])
             if epoch is not None:
