@@ -167,9 +167,22 @@ class Placement:
         self._remembered = remembered
         self._placed: dict[bytes, int] = {}
         self.renamed: dict[bytes, bytes] = {}
+        # Placing past the bound forgets every name at once, and a placement is shared by the
+        # threads of a process: a thread between its ``owners`` and its ``names`` must not
+        # find its keys' names forgotten (it would send them under their plain names, to the
+        # copies a move left behind). Forgetting and re-placing are done under this lock.
+        self._lock = threading.Lock()
 
     def owners(self, keys: Sequence[bytes]) -> list[int]:
         """The index in ``nodes`` of each key's server, or ``MOVED``."""
+        placed = self._placed
+        found = list(map(placed.get, keys))
+        if None not in found:
+            return found  # type: ignore[return-value]  # no None in it
+        with self._lock:
+            return self._owners_locked(keys)
+
+    def _owners_locked(self, keys: Sequence[bytes]) -> list[int]:
         placed = self._placed
         found = list(map(placed.get, keys))
         if None not in found:
@@ -189,9 +202,14 @@ class Placement:
         return [next(fill) if owner is None else owner for owner in found]
 
     def names(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
-        """The names of those of ``keys`` (placed already) sent under another name."""
-        renamed = self.renamed
-        return {key: renamed[key] for key in renamed.keys() & keys} if renamed else {}
+        """The names of those of ``keys`` sent under another name. Keys forgotten since they
+        were placed (another thread placed past the bound meanwhile) are placed again first,
+        under the lock, so their names are never missing."""
+        with self._lock:
+            if not all(map(self._placed.__contains__, keys)):
+                self._owners_locked(keys)
+            renamed = self.renamed
+            return {key: renamed[key] for key in renamed.keys() & keys} if renamed else {}
 
     def _place(self, keys: list[bytes]) -> list[int]:
         """Owners at C level, one pass per version (a fan-out places every follower's
