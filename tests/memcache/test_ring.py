@@ -70,6 +70,18 @@ def test_names_survive_the_remembered_placements_being_cleared() -> None:
         assert small.names(batch) == {k: name(once, k) for k in batch if name(once, k) != k}
 
 
+def test_names_survive_another_threads_placements_clearing_them_meanwhile() -> None:
+    """A placement is shared by a process's threads: one between its ``owners`` and its
+    ``names`` must still find its keys' names after another placed past the bound."""
+    back = RingRecord.of(THREE).moved_to(FOUR).settled().moved_to(THREE).settled()
+    once = Placement(back)
+    small = Placement(back, remembered=10)
+    renamed = [k for k in KEYS if name(once, k) != k][:5]
+    small.owners(renamed)
+    small.owners(KEYS[-11:])  # another thread, past the bound: everything forgotten
+    assert small.names(renamed) == {k: name(once, k) for k in renamed}
+
+
 @pytest.mark.parametrize(
     ("record", "servers"),
     [

@@ -8,7 +8,7 @@ waits allow (neighbouring states) are made here one by one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import cast
 
 import pytest
@@ -18,10 +18,10 @@ from timeline_fanout.consumers.graph_apply import GraphApplier, Recorded
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
-from timeline_fanout.graph.model.edges import Snapshot
+from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
-from timeline_fanout.memcache import CacheUnavailable, MemcacheCluster
+from timeline_fanout.memcache import CacheUnavailable, Item, MemcacheCluster
 from timeline_fanout.memcache.ring import RingRecord, RingSource, RingView
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout_devstack.memcached_processes import own_server
@@ -225,3 +225,55 @@ def test_a_list_whose_items_begin_moving_during_its_build_is_answered_from_the_s
     assert source.record is not None and source.record.moving
     assert 0 < moving.count(False) < len(refs())  # some builds met their items moving
     assert reader.lists.stats.rebuilds - builds == moving.count(True)  # the others committed
+
+
+def test_a_write_that_read_a_moving_head_is_refused_after_its_process_moved_on(
+    four: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+) -> None:
+    """A writer's lease on the record runs out mid-write, between its read of the heads (made
+    while moving: a moved list's head reads as missing, its write is skipped) and the end of
+    the write (made stable at the new version, where the list moves no more): the skip was
+    not an absence, and the new copy, built before the write's store step, lacks it. The write
+    is refused, not committed."""
+    source = HeldRing(RingRecord.of(names(four[:3])))
+    graph = Graph(sqlite_store, 11)
+    writer = Process(four[:3], source, sqlite_store, unique)
+    reader = Process(four[:3], source, sqlite_store, unique)
+    Writers(graph).write(writer, 300)
+    record = source.record
+    assert record is not None
+    moving = record.moved_to(names(four))
+    assert source.swap_ring(record, moving)
+    writer.switch()
+    reader.switch()
+    assert writer.state == reader.state == (2, True)
+    assert source.swap_ring(moving, moving.settled())
+    reader.switch()
+    assert reader.state == (2, False)
+    cast(MemcacheCluster, reader.lists.cache).settle()
+    assert wrong(reader, sqlite_store, set()) == []  # the moved lists built on their new server
+    moved = [
+        ref
+        for ref, ok in zip(
+            refs(), writer.lists.cache.available(writer.lists.index_keys(refs())), strict=True
+        )
+        if not ok and ref.kind is ListKind.FOLLOWERS
+    ]
+    assert moved
+    live = sqlite_store.apply([EdgeChange("zz", moved[0].user, True, graph.pos + 1)])
+    cache = cast(MemcacheCluster, writer.lists.cache)
+    heads = cache.gets_many
+
+    def heads_then_lease_runs_out(keys: Iterable[bytes]) -> dict[bytes, Item]:
+        found = heads(keys)
+        writer.switch()
+        cache.gets_many = heads  # type: ignore[method-assign]
+        return found
+
+    cache.gets_many = heads_then_lease_runs_out  # type: ignore[method-assign]
+    recorded = Recorded(len(live), live, 0, {"zz", moved[0].user})
+    with pytest.raises(CacheUnavailable):
+        GraphApplier(sqlite_store, writer.lists).update_lists(recorded)
+    assert writer.state == (2, False)
+    GraphApplier(sqlite_store, writer.lists).update_lists(recorded)  # the consumer's retry
+    assert wrong(reader, sqlite_store, set()) == []
