@@ -87,13 +87,15 @@ class MongoRingSource:
     record, so equal records have equal text), which every MongoDB server applies atomically
     to one document; an insert of a first record races on the unique ``_id``.
 
-    Whatever the URL asks for, the record is read from the primary (a secondary may not hold
-    the newest swap yet, and a process must read it within its lease) and written with
-    ``w: "majority"``: an unacknowledged write reports no refusal, and the operator's change
-    waits on a swap only once no failover can roll it back."""
+    Whatever the URL asks for, the record is read from the primary with a linearizable read
+    concern (a secondary may not hold the newest swap yet, and a primary cut off by a partition
+    may still answer from before it; a process must read the newest record within its lease)
+    and written with ``w: "majority"``: an unacknowledged write reports no refusal, and the
+    operator's change waits on a swap only once no failover can roll it back."""
 
     def __init__(self, url: str) -> None:
         from pymongo import MongoClient, ReadPreference, WriteConcern
+        from pymongo.read_concern import ReadConcern
 
         options: dict[str, Any] = {
             "appname": "timeline-fanout-ring",
@@ -103,7 +105,10 @@ class MongoRingSource:
             options["socketTimeoutMS"] = MONGO_TIMEOUT_MS
         self._client: MongoClient[Any] = MongoClient(url, **options)
         self._ring = self._client.get_default_database(default="fanout").get_collection(
-            "ring", read_preference=ReadPreference.PRIMARY, write_concern=WriteConcern("majority")
+            "ring",
+            read_preference=ReadPreference.PRIMARY,
+            write_concern=WriteConcern("majority"),
+            read_concern=ReadConcern("linearizable"),
         )
 
     def read_ring(self) -> RingRecord | None:
