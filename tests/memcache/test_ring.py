@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.held_ring import HeldRing
-from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView, family
+from timeline_fanout.memcache.ring import (
+    MOVED,
+    Placement,
+    RingRecord,
+    RingView,
+    families,
+    family,
+)
 
 THREE = ("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211")
 FOUR = (*THREE, "10.0.0.4:11211")
@@ -20,6 +27,26 @@ def owner(placement: Placement, key: bytes) -> str | None:
 def name(placement: Placement, key: bytes) -> bytes:
     placement.owners([key])
     return placement.names([key]).get(key, key)
+
+
+def test_a_batchs_families_are_each_keys_family_placed_as_it_always_was() -> None:
+    """Every process must place a key alike, whatever its shape: one ``|`` places a key by
+    its first part, as the placement always has (``find`` from the start when the second
+    ``|`` is missing)."""
+    keys = [b"", b"|", b"x|y", b"x|", b"|y", b"a|b|c", b"a|b|c|", b"a||", b"\n|\xff|z|w", b"k"]
+    assert families(keys) == [
+        b"",
+        b"",
+        b"x",
+        b"x",
+        b"",
+        b"a|b|c",
+        b"a|b|c",
+        b"a||",
+        b"\n|\xff|z",
+        b"k",
+    ]
+    assert [family(k) for k in keys] == families(keys)
 
 
 def test_every_item_of_a_list_is_placed_with_the_lists_key() -> None:
