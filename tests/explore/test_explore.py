@@ -16,6 +16,23 @@ def _print(run: Schedule) -> None:
     print(run.report())
 
 
+def _faulted_runs(
+    cache: MemcacheCluster, tmp_path: Path, seeds: int, **shares: float
+) -> Counter[str]:
+    """Every scenario's first ``seeds`` schedules with the given shares of faults, asserted to
+    end exactly; the fault steps they took, counted by kind."""
+    failed: list[str] = []
+    faults: Counter[str] = Counter()
+    for scenario in SCENARIOS:
+        for seed in range(seeds):
+            run = run_schedule(cache, tmp_path, scenario, seed, **shares)
+            faults.update(s.call for s in run.steps if is_fault(s))
+            if run.failures:
+                failed.append(run.report())
+    assert not failed, "\n\n".join(failed)
+    return faults
+
+
 # An unfenced design breaks these invariants (docs/testing.md lists how); the fenced design
 # must not: a plain assertion.
 def test_random_schedules_leave_lists_equal_to_the_store_and_timelines_as_the_events_say(
@@ -77,15 +94,7 @@ def test_processes_cut_off_a_cache_server_or_a_server_restarted_empty_are_never_
     keeps its items, stale for the writes it missed; a server is down for everyone; a server is
     restarted empty, with the epochs it kept for others. Lists and timelines must still end
     exactly as the store and the events say, read by a process that never saw any of it."""
-    failed: list[str] = []
-    faults: Counter[str] = Counter()
-    for scenario in SCENARIOS:
-        for seed in range(4):
-            run = run_schedule(cache, tmp_path, scenario, seed, server_faults=1.0)
-            faults.update(s.call for s in run.steps if is_fault(s))
-            if run.failures:
-                failed.append(run.report())
-    assert not failed, "\n\n".join(failed)
+    faults = _faulted_runs(cache, tmp_path, 4, server_faults=1.0)
     assert faults["fault.cut"] >= 10 and faults["fault.server-restart"] >= 1, faults
 
 
@@ -107,19 +116,12 @@ def test_a_seed_with_cache_server_faults_replays_identically(
 def test_lists_and_timelines_stay_exact_through_a_live_ring_change_and_its_reversal(
     cache: MemcacheCluster, tmp_path: Path
 ) -> None:
-    """Every schedule with a live ring change (memcache/ring_change.py): a server leaves the
-    ring, and comes back half the time, while writers, readers and faults run; each process
-    switches state when its own lease on the record runs out, so processes are in neighbouring
-    states at once, and writers wait while their keys move. Lists and timelines must end
-    exactly as the store and the events say."""
-    failed: list[str] = []
-    faults: Counter[str] = Counter()
-    for scenario in SCENARIOS:
-        for seed in range(3):
-            run = run_schedule(cache, tmp_path, scenario, seed, ring_changes=1.0)
-            faults.update(s.call for s in run.steps if is_fault(s))
-            if run.failures:
-                failed.append(run.report())
-    assert not failed, "\n\n".join(failed)
+    """Every schedule with a live ring change (memcache/ring_change.py): a fourth server
+    joins the ring, and then most times one server leaves it again (the new one, or one of the
+    first three), while writers, readers and faults run; each process switches state when its
+    own lease on the record runs out, so processes are in neighbouring states at once, and
+    writers wait while their keys move. Lists and timelines must end exactly as the store and
+    the events say."""
+    faults = _faulted_runs(cache, tmp_path, 3, ring_changes=1.0)
     # Every change swaps the record twice (moving, then stable), some twice over.
     assert faults["fault.ring"] >= 2 * len(SCENARIOS) * 3, faults
