@@ -284,8 +284,8 @@ class TimelineReader:
                 )
 
     def _dropped(self, ref: ListRef) -> None:
-        """A corrupt timeline dropped, unless it began moving between servers: then the move
-        leaves it behind, and the read after this one reads the store."""
+        """A timeline dropped (corrupt, or to be regenerated), unless it began moving between
+        servers: then the move leaves it behind, and the read after this one reads the store."""
         with suppress(KeysMoving):
             self.timelines.invalidate([ref])
 
@@ -294,8 +294,7 @@ class TimelineReader:
         timeline that began moving between servers (memcache/ring.py) is left where it is, and
         read from the store."""
         ref = ListRef(ListKind.TIMELINE, user)
-        with suppress(KeysMoving):
-            self.timelines.invalidate([ref])
+        self._dropped(ref)
         return sorted(self.timelines.read(ref))
 
     def kept_from(self, ascending: list[str]) -> str:
