@@ -46,6 +46,7 @@ from pathlib import Path
 import orjson
 
 from bench import capacity_model as model
+from bench.process_cpu import process_cpu_s
 from bench.report import Report, Row
 from bench.server import api_process
 from timeline_fanout.cli import wiring
@@ -291,11 +292,6 @@ def scrape(port: int) -> Scrape:
     return got
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Consumer:
     which: str
@@ -341,7 +337,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def burst(s: Settings, consumer: Consumer, events: Iterable[dict[str, str]]) -> Row:
     """Publishes ``events`` as fast as the publisher goes, then waits until ``consumer`` has
     applied them all and has no lag: events, deliveries and CPU per second of that."""
-    before, cpu0 = consumer.sample(), cpu_s(consumer.process.pid)
+    before, cpu0 = consumer.sample(), process_cpu_s(consumer.process.pid)
     started = time.perf_counter()
     n = 0
     with wiring.publisher(s) as publisher:
@@ -356,7 +352,7 @@ def burst(s: Settings, consumer: Consumer, events: Iterable[dict[str, str]]) -> 
             break
         time.sleep(0.2)
     elapsed = time.perf_counter() - started
-    cpu = cpu_s(consumer.process.pid) - cpu0
+    cpu = process_cpu_s(consumer.process.pid) - cpu0
     deliveries = now.deliveries - before.deliveries + now.skipped - before.skipped
     return {
         "events": n,
@@ -480,8 +476,8 @@ def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
                 lag[c.which] = max(lag[c.which], c.sample().lag)
 
     with api_process(s, "--workers", "1", log=logs / "api.log") as served:
-        cpu0 = {c.which: cpu_s(c.process.pid) for c in (graph, fanout)}
-        api_cpu0 = cpu_s(served.pid)
+        cpu0 = {c.which: process_cpu_s(c.process.pid) for c in (graph, fanout)}
+        api_cpu0 = process_cpu_s(served.pid)
         first = {c.which: c.sample() for c in (graph, fanout)}
         threads = [
             threading.Thread(target=publish),
@@ -507,8 +503,8 @@ def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
         drain_s = time.perf_counter() - drain_started
         done.set()
         threads[2].join()
-        api_cpu = cpu_s(served.pid) - api_cpu0
-        cpu = {c.which: cpu_s(c.process.pid) - cpu0[c.which] for c in (graph, fanout)}
+        api_cpu = process_cpu_s(served.pid) - api_cpu0
+        cpu = {c.which: process_cpu_s(c.process.pid) - cpu0[c.which] for c in (graph, fanout)}
         last = {c.which: c.sample() for c in (graph, fanout)}
     cache_bytes = memcached_bytes(s.memcached_servers) - base_bytes
     # Saturation: a burst of posts, then of follows, each applied as fast as one process can.

@@ -3,10 +3,14 @@ from publish to last delivery (the first after the consumer starts, with every f
 placement to compute; the next as a running consumer sees it), next to pipelined raw APPENDs
 of the same tokens to the same keys on the same servers, to the wire's limit measured in the
 same run (``raw_memcached.noreply_limit``: appends whose outcome nobody reads, to one server),
-and to a bare Kafka round trip (``kafka_round_trip``)."""
+to a bare Kafka round trip (``kafka_round_trip``), and to the machine's ceiling for the work: the
+CPU the next post cost every process of the stack (this one, the broker, each memcached), per
+delivery, beyond what each burns idle (measured over ``IDLE_S`` just before the post), against
+the cores the idle ones leave (``stack_cpu_s``)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -14,6 +18,7 @@ import time
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from bench.graph_builder import build_followers
+from bench.process_cpu import process_cpu_s
 from bench.raw_memcached import noreply_limit, pipelined
 from bench.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
@@ -24,6 +29,8 @@ from timeline_fanout.consumers.loop import BatchReport
 from timeline_fanout.graph import ListKind, ListRef
 from timeline_fanout.memcache import MemcacheCluster
 from timeline_fanout.producers import create_topics
+from timeline_fanout_devstack import stack
+from timeline_fanout_devstack.home import stack_file
 
 SIZES = [10_000, 100_000, 1_000_000]
 # The first post after the consumer starts places every follower's timeline key on the ring;
@@ -31,6 +38,7 @@ SIZES = [10_000, 100_000, 1_000_000]
 POSTS = ("p1", "p2")
 QUICK = [2_000]
 ROUND_TRIPS = 21
+IDLE_S = 1.0  # the window over which the stack's idle CPU is measured before the next post
 
 
 def run(settings: Settings, report: Report) -> None:
@@ -47,6 +55,7 @@ def run(settings: Settings, report: Report) -> None:
         with sandbox(settings, "bfan", celebrity_threshold=10 * n) as s:
             row = _one(s, n)
         row["ratio_to_noreply"] = round(row["deliveries_per_s"] / limit, 3)
+        row["cpu_ceiling_ratio_to_noreply"] = round(row["cpu_ceiling_deliveries_per_s"] / limit, 3)
         if n == min(sizes):  # a small post's latency, against the broker's own
             row["ratio_to_kafka_round_trip"] = round(
                 row["publish_to_last_delivery_s"] / round_trip, 1
@@ -96,16 +105,27 @@ def _one(s: Settings, n: int) -> Row:
     thread.start()
     joined.wait(120)
     published: list[float] = []
+    cpu: list[tuple[float, dict[str, float]]] = []  # when, and each process's CPU seconds
     with wiring.publisher(s) as publisher:
         publisher.publish({"type": "post", "author": "nobody", "post_id": "warm-up"})
         publisher.flush()  # connected and initialised: the clock measures the post, not that
         for post_id, done in zip(POSTS, delivered, strict=True):  # the second after the first
+            cpu.append((time.perf_counter(), stack_cpu_s()))
+            time.sleep(IDLE_S)  # a window of idle CPU to measure, not a wait for anything
+            cpu.append((time.perf_counter(), stack_cpu_s()))
             published.append(time.perf_counter())
             publisher.publish({"type": "post", "author": "author", "post_id": post_id})
             publisher.flush()
             done.wait(600)
+            cpu.append((time.perf_counter(), stack_cpu_s()))
     thread.join(600)
     first_s, next_s = (done - at for done, at in zip(finished, published, strict=True))
+    # The next post's: idle from [3] to [4], then the post until [5], just after its delivery.
+    (idle_at, idle_from), (post_at, post_from), (done_at, done_cpu) = cpu[3:]
+    idle = {name: (post_from[name] - idle_from[name]) / (post_at - idle_at) for name in idle_from}
+    spent = {k: done_cpu[k] - post_from[k] - idle[k] * (done_at - post_at) for k in post_from}
+    cpu_per_delivery = sum(spent.values()) / n
+    free_cores = (os.cpu_count() or 1) - sum(idle.values())
 
     keys = [timelines.index_key(r) + b":raw" for r in refs]  # same spread, own items
     cluster = MemcacheCluster(s.memcached_servers)
@@ -121,7 +141,24 @@ def _one(s: Settings, n: int) -> Row:
         "deliveries_per_s": round(n / next_s),
         "raw_appends_per_s": round(n / raw_s),
         "ratio_to_raw": round((n / next_s) / (n / raw_s), 3),
+        "cpu_us_per_delivery": round(cpu_per_delivery * 1e6, 2),
+        **{f"cpu_us_per_delivery_{name}": round(v / n * 1e6, 2) for name, v in spent.items()},
+        "idle_cores": round(sum(idle.values()), 3),
+        "cpu_ceiling_deliveries_per_s": round(free_cores / cpu_per_delivery),
     }
+
+
+def stack_cpu_s() -> dict[str, float]:
+    """CPU seconds so far of this process (the consumer and the publisher) and of each server
+    of the stack, by name (``memcached`` servers summed): the CPU a post costs, whichever
+    process spends it. The cores there are, divided by that per delivery, is the most any
+    arrangement of consumers could deliver on this machine."""
+    state = stack.StackState.load(stack_file())
+    spent = {"consumer": process_cpu_s(os.getpid())}
+    for service in state.services if state else []:
+        name = "memcached" if service.name.startswith("memcached") else service.name
+        spent[name] = spent.get(name, 0.0) + process_cpu_s(service.pid)
+    return spent
 
 
 def kafka_round_trip(s: Settings) -> float:

@@ -2,7 +2,9 @@
 lists) for the embedded SQLite store; MongoDB when FANOUT_BENCH_MONGO_URL is set. Each with
 every user's lists in the cache, with none, and with the lists left untouched (the edge store
 alone: what any list layout is measured against). The wire's limit is measured in the same run
-(``raw_memcached.noreply_limit``), and each row's ratio to it (an event writes two lists)."""
+(``raw_memcached.noreply_limit``), and each row's ratio to it (an event writes two lists). The
+consumer process's CPU per event (its idle wait at the end included) says what each row's
+work costs, whatever the machine's load did to its wall clock."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from bench.process_cpu import process_cpu_s
 from bench.raw_memcached import noreply_limit
 from bench.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
@@ -69,13 +72,14 @@ def _one(s: Settings, n: int, lists: str) -> Row:
             followee = f"u{min(int(rng.expovariate(0.001)), users - 1)}"
             kind = "follow" if rng.random() < 0.8 else "unfollow"
             publisher.publish({"type": kind, "follower": follower, "followee": followee})
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), process_cpu_s(os.getpid())
     loop = wiring.graph_loop(s, threading.Event())
     if lists == "untouched":
         assert isinstance(loop.applier, GraphApplier)
         loop.applier = _StoreOnly(loop.applier.store, loop.applier.lists)
     stats = _consume(loop)
     wall = time.perf_counter() - started
+    cpu = process_cpu_s(os.getpid()) - cpu_started
     # Baseline: the same messages through the same loop (poll, decode and validate, commit)
     # with nothing applied, in a group of its own: the ceiling the broker and decoding set.
     decode_only = wiring.graph_loop(
@@ -90,6 +94,7 @@ def _one(s: Settings, n: int, lists: str) -> Row:
         "events_per_s": round(rate),
         "decode_only_events_per_s": round(ceiling),
         "ratio_to_decode_only": round(rate / ceiling, 3),
+        "consumer_cpu_us_per_event": round(cpu / max(stats.applied, 1) * 1e6, 1),
         "wall_s_incl_idle_wait": round(wall, 2),
         "batches": stats.batches,
         "ms_per_batch": round(stats.busy_s / max(stats.batches, 1) * 1000, 1),

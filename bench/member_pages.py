@@ -8,13 +8,12 @@ lists take turns (``ROUNDS``) so the machine's drift spreads over all of them.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import random
 import statistics
 import time
-from pathlib import Path
 
+from bench.process_cpu import process_cpu_s
 from bench.report import Report, percentiles
 from bench.server import api_process
 from timeline_fanout.cli import wiring
@@ -103,13 +102,3 @@ def timed_gets(
         if response.status != 200 or not body:
             raise RuntimeError(f"GET {path}: {response.status} {body[:200]!r}")
     return process_cpu_s(pid) - before, times
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU time of every thread of the process, in ns resolution: the first field of each
-    thread's /proc schedstat (clock ticks in /proc/PID/stat are 10 ms, coarser than a page)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread ended
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
