@@ -105,23 +105,27 @@ def _one(s: Settings, n: int) -> Row:
     thread.start()
     joined.wait(120)
     published: list[float] = []
-    cpu: list[tuple[float, dict[str, float]]] = []  # when, and each process's CPU seconds
+    # Around the next post: an idle window, the post, then just after its last delivery (when,
+    # and each process's CPU seconds).
+    cpu: list[tuple[float, dict[str, float]]] = []
     with wiring.publisher(s) as publisher:
         publisher.publish({"type": "post", "author": "nobody", "post_id": "warm-up"})
         publisher.flush()  # connected and initialised: the clock measures the post, not that
         for post_id, done in zip(POSTS, delivered, strict=True):  # the second after the first
-            cpu.append((time.perf_counter(), stack_cpu_s()))
-            time.sleep(IDLE_S)  # a window of idle CPU to measure, not a wait for anything
-            cpu.append((time.perf_counter(), stack_cpu_s()))
+            timed = post_id == POSTS[-1]
+            if timed:
+                cpu.append((time.perf_counter(), stack_cpu_s()))
+                time.sleep(IDLE_S)  # a window of idle CPU to measure, not a wait for anything
+                cpu.append((time.perf_counter(), stack_cpu_s()))
             published.append(time.perf_counter())
             publisher.publish({"type": "post", "author": "author", "post_id": post_id})
             publisher.flush()
             done.wait(600)
-            cpu.append((time.perf_counter(), stack_cpu_s()))
+            if timed:
+                cpu.append((time.perf_counter(), stack_cpu_s()))
     thread.join(600)
     first_s, next_s = (done - at for done, at in zip(finished, published, strict=True))
-    # The next post's: idle from [3] to [4], then the post until [5], just after its delivery.
-    (idle_at, idle_from), (post_at, post_from), (done_at, done_cpu) = cpu[3:]
+    (idle_at, idle_from), (post_at, post_from), (done_at, done_cpu) = cpu
     idle = {name: (post_from[name] - idle_from[name]) / (post_at - idle_at) for name in idle_from}
     spent = {k: done_cpu[k] - post_from[k] - idle[k] * (done_at - post_at) for k in post_from}
     cpu_per_delivery = sum(spent.values()) / n
@@ -151,8 +155,8 @@ def _one(s: Settings, n: int) -> Row:
 def stack_cpu_s() -> dict[str, float]:
     """CPU seconds so far of this process (the consumer and the publisher) and of each server
     of the stack, by name (``memcached`` servers summed): the CPU a post costs, whichever
-    process spends it. The cores there are, divided by that per delivery, is the most any
-    arrangement of consumers could deliver on this machine."""
+    process spends it. The cores their idle burn leaves, divided by that per delivery, is the
+    most any arrangement of consumers could deliver on this machine."""
     state = stack.StackState.load(stack_file())
     spent = {"consumer": process_cpu_s(os.getpid())}
     for service in state.services if state else []:
