@@ -36,10 +36,12 @@ from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.reader import TimelineSource
 from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache.ring import RingRecord, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout_devstack.memcached_processes import end, own_server, start, stop
 
-BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3, lease_s=0.3)
+BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3)
+LEASE_S = 0.3  # a revocation holds its writer this long
 CAP = 800  # entries a timeline keeps
 
 
@@ -137,7 +139,8 @@ def run(settings: Settings, report: Report) -> None:
         servers = [stack.enter_context(own_server()) for _ in range(3)]
         store = SqliteEdgeStore(Path(tmp) / "edges.db")
         addresses = [address for _, address in servers]
-        trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
+        names = [f"{h}:{p}" for h, p in addresses]
+        trust = ServerTrust(names, BOUNDS, ring=RingView(RingRecord.of(names), lease_s=LEASE_S))
         counted = CountedStore(store)
         cache = MemcacheCluster(addresses, trust=trust)
         lists = TokenLists(ShardedLayout, cache, counted, ListSettings(namespace="bfo"))

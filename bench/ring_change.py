@@ -72,7 +72,7 @@ from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import MemcacheCluster
 from timeline_fanout.memcache.ring import Placement, RingRecord, RingView
-from timeline_fanout.memcache.ring_change import change_ring, settle_epochs
+from timeline_fanout.memcache.ring_change import change_ring
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout_devstack.memcached_processes import own_server
 
@@ -470,7 +470,6 @@ class Arm:
             current.servers,
             servers,
             self.shape.hold_s,
-            settle_epochs(BOUNDS),
             sleep=hold,
         )
 

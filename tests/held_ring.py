@@ -3,7 +3,11 @@ from (the stores that hold it in production are tested in tests/graph/stores).""
 
 from __future__ import annotations
 
-from timeline_fanout.memcache.ring import RingRecord
+import time
+from collections.abc import Callable, Sequence
+
+from timeline_fanout.memcache.ring import RingRecord, RingSource, RingView
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 
 
 class HeldRing:
@@ -27,3 +31,16 @@ class HeldRing:
             return False
         self.record = record
         return True
+
+
+def process_trust(
+    servers: Sequence[str],
+    source: RingSource,
+    bounds: TrustSettings,
+    lease_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> ServerTrust:
+    """What one process of the product holds: its trust in ``servers``, under leases of
+    ``lease_s`` on the register (``source``) every process of the test shares."""
+    view = RingView(RingRecord.of(servers), source, lease_s, clock=clock)
+    return ServerTrust(servers, bounds, clock=clock, ring=view)

@@ -105,9 +105,9 @@ PROJECT_API = (
     "Positioned(event, position(ts, offset), Origin(...), raw)",
     "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch, "
     "ring=RingView(record, source, lease_s, clock))); its wait/settle/available/checkpoint/"
-    "missed/unusable, _clients/_pipes/_call; ServerPipe",
+    "missed, _clients/_pipes/_call; ServerPipe",
     "memcache.ring: RingRecord.of/servers/rings/moving, Placement(record).owners/nodes, MOVED; "
-    "memcache.ring_change.change_ring(source, configured, servers, hold, settle, sleep=...)",
+    "memcache.ring_change.change_ring(source, configured, servers, hold, sleep=...)",
     "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
 )
 
@@ -121,13 +121,13 @@ LEASE_S = 3600
 # below 2**31: memcached reads expiries as signed 32 bits), so no run depends on the clock.
 CLOCK_S = 0x7E000000
 # Virtual seconds a step takes (``World.now``): leases run out and retry intervals pass as the
-# schedule moves on, the same way in every replay. With the product's bounds (a 1 s lease, a
-# 2 s retry) a lease lasts 50 steps and a server marked down is probed again 100 steps later.
+# schedule moves on, the same way in every replay. With the product's bounds (a 2 s retry) a
+# server marked down is probed again 100 steps later.
 STEP_S = 0.02
 BOUNDS = TrustSettings()
-# How long a process uses the ring record it read (``RingView``): 100 steps, twice an epoch
-# lease, so processes stay in neighbouring states for a while after each swap; the operator's
-# holds (``ring_change.hold_s``) are then 5 s, 250 steps or the others' sleeps.
+# How long a process uses the record it read (``RingView``): 100 steps, so processes stay in
+# neighbouring states for a while after each swap, and a revocation holds its writer as long;
+# the operator's holds (``ring_change.hold_s``) are then 5 s, 250 steps or the others' sleeps.
 RING_LEASE_S = 2.0
 # The servers in the ring at first (``s0``-``s2``); any further one is a spare that a ring
 # change adds.
@@ -589,15 +589,21 @@ class _ExploredCluster(MemcacheCluster):
         self._clients = {a: self._clients[f"{h}:{p}"] for a, (h, p) in named.items()}
         self._pipes = {a: _CutPipe(a, addr, world, owner) for a, addr in named.items()}
         self._world = world
+        self._owner = owner
 
     def wait(self, seconds: float) -> None:
         if seconds > 0:
             self._world.sleep(seconds)
 
+    def advance(self) -> None:
+        """The faults' own process brings no server back: its swaps of the record would be
+        steps of the schedule taken inside another step (a fault's)."""
+        if self._owner != ADMIN:
+            super().advance()
+
     def flush_server(self, server: str) -> None:
         """One server restarted empty: its items gone, and the epochs it kept for others."""
         self._call(server, "flush_all", 0, False)
-        self.trust.drop_lease(server)
 
 
 class World:
@@ -671,11 +677,11 @@ class World:
         else:
             self.scheduler.sleep(seconds)
 
-    def new_epoch(self) -> bytes:
+    def new_epoch(self) -> str:
         """``ServerTrust.new_epoch``: unique within the schedule (a counter), the same in
         every replay, and in the same 8 characters as the product's random ones."""
         self._epochs += 1
-        return b"e%07x" % self._epochs
+        return f"e{self._epochs:07x}"
 
     def cut(self, target: str, server: str, mode: str) -> None:
         """Cut process ``target`` (an actor's name; ``*``: every actor, the server down for
@@ -700,15 +706,6 @@ class World:
                         break
                     replies += chunk
         return len(payloads)
-
-    def settle_epochs(self, moving: RingRecord) -> tuple[str, ...]:
-        """``change_ring``'s step 3, as the operator's own process (``ring``: cut off a server
-        when everyone is) makes it: a lease on every server of both versions."""
-        cluster = _ExploredCluster(self, "ring", ring=RingView(moving))
-        try:
-            return tuple(cluster.unusable())
-        finally:
-            cluster.close()
 
     def _owners(self, key: bytes) -> set[str]:
         """The servers ``key`` is placed on by any version the record holds: where a copy of
@@ -738,9 +735,8 @@ class World:
         return min(self._owners(head) & set(self.ring.record.servers))
 
     def restart_server(self, server: str) -> list[bytes]:
-        """``server`` restarted empty (a flush of that server alone): its items are lost, and
-        with them the epoch copies it kept as a guard of the others. The keys lost are those
-        the (session-independent) ring puts there."""
+        """``server`` restarted empty (a flush of that server alone): its items are lost. The
+        keys lost are those the (session-independent) ring puts there."""
         lost = [k for k in self.present if server in self._owners(k)]
         self.admin.flush_server(server)
         self._forget(lost)

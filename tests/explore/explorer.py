@@ -539,7 +539,7 @@ class Actors:
         later one, its requests refused, left unanswered (the server running them) or run late
         (when the cut heals), while the server keeps its items and the other processes go on
         using it: it comes back stale for the process that was cut off. Or a server
-        restarted empty, the epoch copies it kept as a guard lost with its items. Each process
+        restarted empty. Each process
         finds a server down and back by itself, when its retry interval has passed on the
         virtual clock."""
 
@@ -605,7 +605,7 @@ class Actors:
         def body(proc: adapter.Process) -> None:
             hold_for = hold_s(adapter.RING_LEASE_S, adapter.BOUNDS)
             for servers in changes:
-                change_ring(world.ring, first, servers, hold_for, world.settle_epochs, sleep=hold)
+                change_ring(world.ring, first, servers, hold_for, sleep=hold)
 
         self.spawn("ring", body, at)
 
@@ -635,8 +635,7 @@ class ServerFault:
 def server_faults(
     rng: random.Random, horizon: int, processes: Sequence[str], hot: Sequence[ListId]
 ) -> list[ServerFault]:
-    """One to three faults, one after the other (a server and its guards lost together, two
-    failures at once, is a documented limit of the design: writes fail and are retried).
+    """One to three faults, one after the other.
     Mostly the server of a list the live events write to, and a writer cut off it: that is
     where an append is missed and the server comes back stale for a list others read. Cuts
     last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100), some

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 import uvloop
-from pymemcache.client.base import Client
 
 from tests.conftest import Refused
+from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, Item, MemcacheCluster, Outcome
-from timeline_fanout.memcache.ring import RingRecord
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
+from timeline_fanout.memcache.ring import EpochState, RingRecord, ServerEpoch
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
 from timeline_fanout_devstack.memcached_processes import own_server, stop
 from timeline_fanout_devstack.stack import StackState
@@ -426,17 +426,17 @@ def test_a_stopped_server_fails_calls_and_a_call_after_the_retry_interval_reconn
     uvloop.run(main())
 
 
-def test_a_server_whose_guards_are_both_down_is_unavailable_at_once_never_a_call_left_waiting(
+def test_a_server_down_in_the_register_is_unavailable_at_once_never_a_call_left_waiting(
     servers: Servers, cache: MemcacheCluster
 ) -> None:
-    """No lease can be read for it (its epoch lives on its guards), so there is nothing to
-    send: the call must fail, not wait for replies that no server was asked for."""
+    """Nothing may be sent to it (its items missed writes), so there is nothing to send: the
+    call must fail, not wait for replies that no server was asked for."""
     names = sorted(f"{host}:{port}" for host, port in servers)
-    lone, *guards = names
+    lone = names[0]
     keys = [k for k in (b"g%d" % i for i in range(200)) if cache.server_for(k) == lone][:5]
-    trust = ServerTrust(names, TrustSettings(timeout_s=TIMEOUT))
-    for guard in guards:
-        trust.mark_down(guard)
+    down = RingRecord.of(names).with_epoch(lone, ServerEpoch("0badc0de", EpochState.DOWN))
+    trust = process_trust(names, HeldRing(down), TrustSettings(timeout_s=TIMEOUT), 60.0)
+    assert trust.ring.renewed() is not None  # the record read, as a request thread does
 
     async def main() -> None:
         client = AsyncMemcache(servers, trust=trust)
@@ -503,30 +503,26 @@ def test_remembered_plans_hold_a_bounded_number_of_keys(
     run_on_both_loops(main)
 
 
-@pytest.mark.parametrize("revoked_on", [0, 1])
-def test_no_lease_is_taken_while_the_guards_disagree_whichever_guard_holds_the_revocation(
-    servers: Servers, cache: MemcacheCluster, revoked_on: int
+@pytest.mark.parametrize("state", [EpochState.DOWN, EpochState.RETURNING])
+def test_the_event_loop_reads_no_item_of_a_server_not_up_in_the_register(
+    servers: Servers, cache: MemcacheCluster, state: EpochState
 ) -> None:
-    """A writer that could not reach a server revoked its epoch on the guards it reached; a
-    guard it did not reach still holds the epoch. The items under that epoch missed the write:
-    the event loop must not take a lease on them, whichever guard answers last."""
+    """A writer that could not reach a server gave it a new epoch in the register: the items
+    under the old one missed the write, and while the server is not up again nothing of it is
+    read here (the blocking read answers from the edge store)."""
     names = sorted(f"{host}:{port}" for host, port in servers)
-    cache.settle()
     keys = [b"d%d" % i for i in range(200)]
     target = cache.server_for(keys[0])
     mine = [k for k in keys if cache.server_for(k) == target][:5]
     cache.set_many(dict.fromkeys(mine, b"old"))
-    guards = cache.trust.guards(target)
-    assert len(guards) == 2
-    host, port = guards[revoked_on].rsplit(":", 1)
-    guard = Client((host, int(port)), default_noreply=False)
-    assert guard.set(epoch_key(target), b"revoked:one-writer")
-    guard.close()
+    revoked = RingRecord.of(names).with_epoch(target, ServerEpoch("0ne0ne01", state))
+    trust = process_trust(names, HeldRing(revoked), TrustSettings(timeout_s=TIMEOUT), 60.0)
+    assert trust.ring.renewed() is not None
 
     async def main() -> None:
-        client = AsyncMemcache(servers, trust=ServerTrust(names, TrustSettings(timeout_s=TIMEOUT)))
+        client = AsyncMemcache(servers, trust=trust)
         try:
-            with pytest.raises(CacheUnavailable):  # left to the blocking read: no lease
+            with pytest.raises(CacheUnavailable):  # left to the blocking read
                 await client.gets_many(mine)
         finally:
             client.close()

@@ -12,6 +12,7 @@ from timeline_fanout.memcache.cluster import (
     Outcome,
     keep_ttl,
 )
+from timeline_fanout.memcache.ring import EpochState
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import NOT_READ
 from timeline_fanout_devstack.memcached_processes import end, own_server, start
@@ -160,14 +161,16 @@ def test_keys_spread_over_every_server(cache: MemcacheCluster) -> None:
     assert owners == set(cache.servers) and len(owners) == 3
 
 
-def test_a_lone_server_that_does_not_answer_fails_writes_and_misses_reads(
+def test_a_lone_server_that_does_not_answer_is_revoked_and_its_keys_go_to_the_store(
     refused: Refused,
 ) -> None:
-    """Without a second server nothing can record that it missed a write: the write raises
-    (the caller must not commit); a read misses, and ``available`` sends it to the store."""
+    """One server alone keeps writing through its failure: the write it missed is recorded
+    as its new epoch, down, in the register (the caller may commit), a read misses, and
+    ``available`` sends its keys to the store until it answers again."""
     dead = MemcacheCluster([refused.pair], timeout=0.5)
-    with pytest.raises(CacheUnavailable):
-        dead.append_many({b"k": b"+a "})
+    assert dead.append_many({b"k": b"+a "}) == {b"k": Outcome.NOT_STORED}
+    name = f"{refused.pair[0]}:{refused.pair[1]}"
+    assert dead.trust.ring.record.epoch(name).state is EpochState.DOWN
     assert dead.get_many([b"k"]) == {}
     assert dead.available([b"k"]) == [False]
 
@@ -277,7 +280,7 @@ def test_a_cas_id_read_before_a_restart_never_matches_an_item_written_after_it()
     rollover, a body fill) would overwrite or drop that item. Any restart closes the connection
     the id was read on, and an id is never sent on another connection."""
     with own_server() as (proc, (host, port)):
-        trust = ServerTrust([f"{host}:{port}"], TrustSettings(0.3, 0.3, 0.3))
+        trust = ServerTrust([f"{host}:{port}"], TrustSettings(0.3, 0.3))
         cache = MemcacheCluster([(host, port)], trust=trust)
         cache.set_many({b"k": b"old"})
         token = cache.gets_many([b"k"])[b"k"].cas

@@ -2,7 +2,7 @@
 request was under way, and an item created late by a write it took while hung.
 
 Three memcached processes of the test's own; each client is a process of the product with its
-own ``ServerTrust`` (docs/design/cache-failover.md)."""
+own ``ServerTrust``, all sharing one register (docs/design/cache-register.md)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.memcache import MemcacheCluster
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings, epoch_key
+from timeline_fanout.memcache.ring import EpochState
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout_devstack.memcached_processes import own_server, stop
 
 Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
-QUICK = TrustSettings(timeout_s=0.5, retry_s=0.3, lease_s=0.2)
+QUICK = TrustSettings(timeout_s=0.5, retry_s=0.3)
+LEASE_S = 0.2
 
 
 @pytest.fixture
@@ -30,8 +33,10 @@ def names(servers: list[Server]) -> list[str]:
     return [f"{host}:{port}" for _, (host, port) in servers]
 
 
-def process(servers: list[Server], trust: ServerTrust | None = None) -> MemcacheCluster:
-    trust = trust or ServerTrust(names(servers), QUICK)
+def process(
+    servers: list[Server], register: HeldRing, trust: ServerTrust | None = None
+) -> MemcacheCluster:
+    trust = trust or process_trust(names(servers), register, QUICK, LEASE_S)
     return MemcacheCluster([address for _, address in servers], trust=trust)
 
 
@@ -41,7 +46,7 @@ def key_on(cache: MemcacheCluster, server: str) -> bytes:
 
 class Clock:
     """A reader's clock, moved by the test: the lease it checked before a request runs out
-    while the request is under way (as when a guard of another server hangs meanwhile)."""
+    while the request is under way (as when another server hangs meanwhile)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -53,18 +58,20 @@ class Clock:
 def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
     three: list[Server],
 ) -> None:
-    writer = process(three)
-    writer.settle()
+    register = HeldRing(None)
+    writer = process(three, register)
     victim = names(three)[0]
     key = key_on(writer, victim)
     writer.set_many({key: b"before"})
     clock = Clock()
-    reader = process(three, ServerTrust(names(three), TrustSettings(lease_s=1.0), clock=clock))
-    assert reader.get_many([key]) == {key: b"before"}  # a lease on the victim's epoch
-    # The writer missed a write on the victim: its epoch is revoked and the writer's call
-    # returns once the revocation stood a lease (the writer's own clock), then it commits.
+    reader = process(three, register, process_trust(names(three), register, QUICK, 1.0, clock))
+    assert reader.get_many([key]) == {key: b"before"}  # a lease on the record
+    # The writer missed a write on the victim: its epoch is revoked in the register and the
+    # writer's call returns a lease later (the writer's own clock), then it commits.
     writer.trust.mark_down(victim)
     writer.missed([key], writer.checkpoint())
+    assert register.record is not None
+    assert register.record.epoch(victim).state is EpochState.DOWN
     pipe = reader._pipes[victim]  # the moment between a request and its reply, made exact
     send = pipe.send
 
@@ -74,18 +81,17 @@ def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
 
     pipe.send = late  # type: ignore[method-assign]
     assert reader.get_many([key]) == {}  # unanswered, not the revoked epoch's item
-    assert reader.available([key]) == [False]  # until a fresh epoch: then empty
+    assert reader.available([key]) == [False]  # until it is back under its new epoch
 
 
 def test_an_add_left_unanswered_by_a_hung_server_revokes_it_so_a_late_add_is_never_read(
     three: list[Server],
 ) -> None:
-    writer = process(three)
-    writer.settle()
+    register = HeldRing(None)
+    writer = process(three, register)
     (proc, _), victim = three[0], names(three)[0]
     key = key_on(writer, victim)
-    guard = MemcacheCluster([three[1][1]])  # a guard alone: its keys as they are
-    epoch = guard.get_many([epoch_key(victim)])[epoch_key(victim)]
+    suffix = writer.trust.ring.record.epoch(victim).suffix
     stop(proc)
     try:
         writer.add_many({key: b"built from what the store held before"})  # runs on resume
@@ -94,16 +100,12 @@ def test_an_add_left_unanswered_by_a_hung_server_revokes_it_so_a_late_add_is_nev
     # The server took the ADD on resuming: the item exists under the epoch it was sent with.
     raw = MemcacheCluster([three[0][1]])
     for _ in range(100):
-        if raw.get_many([key + b"@" + epoch]):
+        if raw.get_many([key + suffix]):
             break
         raw.wait(0.05)
-    assert raw.get_many([key + b"@" + epoch]) == {
-        key + b"@" + epoch: b"built from what the store held before"
-    }
-    late = process(three)  # a process that never saw the server hang
-    for _ in range(50):  # until the victim has a fresh epoch (a lease after the revocation)
-        if late.available([key]) == [True]:
-            break
-        late.wait(QUICK.lease_s)
+    assert raw.get_many([key + suffix]) == {key + suffix: b"built from what the store held before"}
+    late = process(three, register)  # a process that never saw the server hang
+    late.settle()  # back: returning, then up a lease later, under a new epoch
+    assert late.trust.ring.record.epoch(victim).suffix != suffix
     assert late.available([key]) == [True]
     assert late.get_many([key]) == {}

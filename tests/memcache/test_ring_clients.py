@@ -14,12 +14,11 @@ from tests.held_ring import HeldRing
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster, Outcome
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout.memcache.trust import ServerTrust, ServerUse, TrustSettings
 from timeline_fanout_devstack.memcached_processes import own_server
 
-# Epoch leases long enough to outlast a test's steps on a loaded machine: an event-loop read
-# after the lease ran out is refused (the blocking client's), which is not what is tested here.
-BOUNDS = TrustSettings(timeout_s=0.5, retry_s=0.5, lease_s=2.0)
+# Ring leases are moved by the tests' clocks; the timeouts only bound a failed exchange.
+BOUNDS = TrustSettings(timeout_s=0.5, retry_s=0.5)
 Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
 KEYS = [b"t|tl|u%d" % i for i in range(200)]
 
@@ -185,17 +184,17 @@ class PausedMidRead:
     as long as ``meanwhile`` takes (its ring lease runs out meanwhile)."""
 
     def __init__(self, process: Clients, meanwhile: Callable[[], None]) -> None:
-        self._usable = process.blocking._usable
+        self._use = process.blocking._use
         self._meanwhile: Callable[[], None] | None = meanwhile
         self._process = process
-        process.blocking._usable = self.usable  # type: ignore[method-assign]
+        process.blocking._use = self.use  # type: ignore[method-assign]
 
-    def usable(self, node: str) -> bytes | None:
+    def use(self, node: str, record: RingRecord | None) -> ServerUse:
         if self._meanwhile is not None:
             meanwhile, self._meanwhile = self._meanwhile, None
             meanwhile()
             self._process.now += 100.0
-        return self._usable(node)
+        return self._use(node, record)
 
 
 def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
@@ -215,7 +214,7 @@ def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
     def change() -> None:
         assert source.swap_ring(record, moving)
         writer.switch()
-        writer.blocking.settle()  # the new guards given the epochs, as the operator's step
+        writer.blocking.settle()
         assert source.swap_ring(moving, moving.settled())
         writer.switch()
         writer.blocking.settle()

@@ -154,19 +154,13 @@ class Settings(BaseSettings):
         2.0, gt=0, le=300, description="a down memcached server is probed again after this"
     )
     ring_lease_s: float = Field(
-        5.0,
-        gt=0,
-        le=300,
-        description="the shared ring record (the memcached servers in use) is read again after "
-        "this; a ring change waits this long, plus twice the cache timeout and a second, "
-        "between its steps",
-    )
-    cache_lease_s: float = Field(
-        1.0,
+        2.0,
         gt=0,
         le=60,
-        description="a server's epoch is read from its guards at most this long before use; a "
-        "consumer that could not write to a server holds its batch this long at most",
+        description="the shared record of the memcached servers and their epochs is used this "
+        "long after a read (renewed in the background at half of it); a consumer that could "
+        "not write to a server holds its batch this long, and a ring change waits this long, "
+        "plus twice the cache timeout and a second, between its steps",
     )
     # A timeline is one memcached item: 5000 entries of at most ~145 bytes fit the default 1 MiB.
     timeline_max: int = Field(

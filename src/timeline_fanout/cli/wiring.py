@@ -62,7 +62,7 @@ def _list_settings(settings: Settings, cap: int | None = None) -> ListSettings:
 
 
 def trust_settings(settings: Settings) -> TrustSettings:
-    return TrustSettings(settings.cache_timeout_s, settings.cache_retry_s, settings.cache_lease_s)
+    return TrustSettings(settings.cache_timeout_s, settings.cache_retry_s)
 
 
 def ring_source(settings: Settings) -> RingSource:
@@ -77,6 +77,7 @@ def server_trust(settings: Settings) -> ServerTrust:
     recorded)."""
     servers = [f"{host}:{port}" for host, port in settings.memcached_servers]
     view = RingView(RingRecord.of(servers), ring_source(settings), settings.ring_lease_s)
+    view.keep_renewed()
     return ServerTrust(servers, trust_settings(settings), ring=view)
 
 

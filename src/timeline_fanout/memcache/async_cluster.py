@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord
-from timeline_fanout.memcache.trust import ServerTrust, epoch_key
+from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
 # Keys held by remembered multi-GET plans (keys per server, and their commands: a warm read asks
@@ -244,7 +244,7 @@ class AsyncMemcache:
         trust: ServerTrust | None = None,
     ) -> None:
         """``trust``: shared with the process's blocking clients (its own otherwise). A server
-        that is down, or whose guards do not agree on its epoch, is not asked here: the call
+        that is down, or not up in the record under a live lease, is not asked here: the call
         raises ``CacheUnavailable``, and the caller reads through a blocking client, which
         goes around it."""
         self._addresses = {f"{host}:{port}": (host, port) for host, port in servers}
@@ -294,17 +294,14 @@ class AsyncMemcache:
         placement = self._placement()
         plan = self._plans.get(asked)
         if plan is None or self._outlived(plan) or plan[0].placement is not placement:
-            await self._take_leases()
             plan = self._plan(asked, placement, remember)
         comparable = (
             earlier is not None and earlier.keys == asked and earlier.ring == placement.record
         )
         expected = earlier.raw if comparable and earlier is not None else None
         parts = await self._exchange(plan, expected, remember)
-        if self._outlived(plan):  # a lease ran out while the replies came: are they current?
-            await self._take_leases()
-            if outlived := self._outlived(plan):
-                raise CacheUnavailable(f"memcached {outlived[0]}: its epoch changed mid-read")
+        if outlived := self._outlived(plan):  # the lease ran out, or the epoch changed, mid-read
+            raise CacheUnavailable(f"memcached {outlived[0]}: its epoch changed mid-read")
         if self._trust.ring.current() is not placement:
             raise CacheUnavailable("memcached ring: its record changed or ran out mid-read")
         return plan, parts, expected
@@ -323,50 +320,10 @@ class AsyncMemcache:
         return placement
 
     def _outlived(self, plan: tuple[_Part, ...]) -> list[str]:
-        """The servers of ``plan`` not under a lease on the epoch it was made with (replies
-        read after a lease ran out may be from an epoch revoked since: the blocking client's
-        ``_outlived`` says why)."""
-        return [p.node for p in plan if self._trust.epoch(p.node) != p.suffix]
-
-    async def _take_leases(self) -> None:
-        """Leases on the servers that have none and are not down, read from their guards in
-        one exchange (memcache/trust.py). A server whose guards do not agree on an epoch gets
-        none here: only a blocking client gives a server a fresh epoch."""
-        trust = self._trust
-        if not trust.guarded:
-            return
-        wanted = [n for n in trust.servers if trust.epoch(n) is None and not trust.was_down(n)]
-        if not wanted:
-            return
-        asked: dict[str, list[bytes]] = {}
-        for node in wanted:
-            for guard in trust.guards(node):
-                if not trust.was_down(guard):
-                    asked.setdefault(guard, []).append(epoch_key(node))
-        if not asked:  # every guard is down: no lease to take here
-            return
-        plan = tuple(
-            _Part(guard, keys, meta_get_pipeline(keys, writable=False), b"")
-            for guard, keys in asked.items()
-        )
-        taken = trust.clock()
-        parts = await self._exchange(plan, None, False)
-        # Per guard: its copies. The epoch key is the same key on every guard, so the replies
-        # must not be merged by key (the last guard's copy would stand for all of them, and a
-        # revocation on another guard would go unseen).
-        held = {
-            part.node: dict(zip(part.keys, waiting.found, strict=True))
-            for part, waiting in zip(plan, parts, strict=True)
-        }
-        for node in wanted:
-            copies = [
-                held.get(g, {}).get(epoch_key(node))  # a guard not asked: no lease
-                for g in trust.guards(node)
-                if not trust.was_down(g)
-            ]
-            epoch = trust.agreed([c.value if c else None for c in copies])
-            if epoch is not None:
-                trust.lease(node, epoch, taken)
+        """The servers of ``plan`` not readable under the live lease with the epoch it was made
+        with (replies read after a lease ran out may be from an epoch revoked since: the
+        blocking client's ``_outlived`` says why)."""
+        return [p.node for p in plan if self._trust.suffix(p.node) != p.suffix]
 
     async def _exchange(
         self, plan: tuple[_Part, ...], expected: tuple[bytes, ...] | None, remember: bool
@@ -420,7 +377,7 @@ class AsyncMemcache:
             mine[owner].append(key)
             names[owner].append(renamed.get(key, key))
         suffixes = {
-            node: self._trust.epoch(node)
+            node: self._trust.suffix(node)
             for node, part in zip(placement.nodes, mine, strict=True)
             if part
         }

@@ -5,10 +5,10 @@ that stored nothing), and on failures it drops a server from the ring, silently 
 to another server and back again later, which resurrects stale lists. Here keys are placed with the
 same rendezvous hash ``HashClient`` uses and every write waits for its reply. A server that does
 not answer is down for a while and its keys are unavailable (memcache/trust.py): reads miss them,
-writes to them are not sent and revoke the server's epoch, so its items are never served again;
-``available`` tells the read paths which keys to answer from the edge store. Only when nothing
-can record a revocation (a single server, or a server and its guards all down) does a write
-raise ``CacheUnavailable`` for the caller's retry policy to handle.
+writes to them are not sent and revoke the server's epoch in the shared record, so its items
+are never served again; ``available`` tells the read paths which keys to answer from the edge
+store. Only when nothing can record a revocation (the record cannot be read or written) does a
+write raise ``CacheUnavailable`` for the caller's retry policy to handle.
 
 Batches of keys (store commands, INCR, DELETE, meta gets) go through ``ServerPipe`` (see
 memcache/wire.py for why); FLUSH through pymemcache. It implements
@@ -29,8 +29,15 @@ from typing import Any, TypeVar
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError
 
-from timeline_fanout.memcache.ring import MOVED, Placement
-from timeline_fanout.memcache.trust import REVOKED, ServerTrust, epoch_key
+from timeline_fanout.memcache.ring import (
+    MOVED,
+    EpochState,
+    Placement,
+    RecordChange,
+    RingRecord,
+    ServerEpoch,
+)
+from timeline_fanout.memcache.trust import ServerTrust, ServerUse
 from timeline_fanout.memcache.wire import (
     NOT_READ,
     QUIET_VALUE_MAX,
@@ -69,12 +76,14 @@ _GONE = b"NOT_FOUND\r\n"
 _STORED_LINE = b"STORED\r\n"
 
 
-def _add_one(keys: list[bytes], values: list[bytes]) -> bytes:
-    return store_pipeline(b"add", keys, values, 0)
+def _stepped(node: str, before: ServerEpoch, after: ServerEpoch) -> RecordChange:
+    """A change of the record: ``node``'s epoch ``before`` becomes ``after`` (no change once
+    the record has left ``before``)."""
 
+    def change(stored: RingRecord) -> RingRecord | None:
+        return stored.with_epoch(node, after) if stored.epoch(node) == before else None
 
-def _set_one(keys: list[bytes], values: list[bytes]) -> bytes:
-    return store_pipeline(b"set", keys, values, 0)
+    return change
 
 
 def keep_ttl(ttl: int) -> int:
@@ -117,6 +126,7 @@ class _Job:
     absent: bytes | None = None
     quiet: bool = False  # meta sets answered only when refused, then MN (wire.py)
     cas_column: int | None = None  # the column of CAS tokens (``Item.cas``), if any
+    creates: bool = False  # ADD: sent only to a server ``UP`` in the record (memcache/trust.py)
 
     def on(self, columns: Sequence[Sequence[Any]], connection: int) -> list[Sequence[Any]]:
         """``columns`` to send on ``connection``: CAS tokens read on another connection made
@@ -165,7 +175,8 @@ class MemcacheCluster:
         servers = list(servers)
         self._trust = trust = trust or ServerTrust.of(servers, timeout)
         self._unanswered_seq = 0  # exchanges left unanswered, counted (``checkpoint``)
-        self._unanswered_at: dict[str, int] = {}  # per server, the count at its last one
+        # Per server, the count at its last unanswered exchange and the epoch it went under.
+        self._unanswered_at: dict[str, tuple[int, ServerEpoch]] = {}
         # The count when a key was last answered as moving (memcache/ring.py): a writer that
         # read a moved list's head as missing under one ring state may reach ``missed`` under
         # the next, where the list is not moving any more (its lease ran out mid-write).
@@ -178,6 +189,7 @@ class MemcacheCluster:
             raise ValueError("no memcached servers configured")
         # Parses the replies made up for moving keys (memcache/ring.py); never connected.
         self._nowhere = ServerPipe("moving", 0, trust.settings.timeout_s)
+        self._advancing()
 
     @property
     def servers(self) -> list[str]:
@@ -187,12 +199,24 @@ class MemcacheCluster:
         """Where keys are now (memcache/ring.py), with the servers a newer ring record names
         connected; None when this process cannot know (its ring lease ran out and the record
         cannot be read): then no key may be used."""
-        placement = self._trust.ring.renewed()
+        view = self._trust.ring
+        placement = view.renewed()
         if placement is not None:
             for node in placement.nodes:
                 if node not in self._pipes:
                     self._connect(node)
+            if not view.renewals:
+                self._advancing()
+            if not view.renewing and view.record.returning_or_down():
+                self.advance()
         return placement
+
+    def _advancing(self) -> None:
+        """Makes this client the one that brings servers back after each background renewal
+        of the record (one per process; another takes over when it closes)."""
+        renewals = self._trust.ring.renewals
+        if not renewals:
+            renewals.append(self.advance)
 
     def _connect(self, node: str) -> None:
         host, port = node.rsplit(":", 1)
@@ -215,9 +239,10 @@ class MemcacheCluster:
         for servers whose lease ran out) and it is not moving between servers. A read path
         answers the others from the edge store and writes nothing for them."""
         placement = self._placement()
-        if placement is None:
+        record = self._trust.ring.leased()
+        if placement is None or record is None:
             return [False] * len(keys)
-        usable = [self._usable(node) is not None for node in placement.nodes]
+        usable = [self._use(node, record).readable for node in placement.nodes]
         return [owner != MOVED and usable[owner] for owner in placement.owners(keys)]
 
     def server_for(self, key: bytes) -> str:
@@ -247,8 +272,13 @@ class MemcacheCluster:
             raise KeysMoving("memcached ring: keys written are moving between servers")
         assert placement is not None  # no owner is MOVED
         for node in sorted({placement.nodes[o] for o in owners}):
-            if self._unanswered_at.get(node, 0) > since or self._usable(node) is None:
-                self._revoke(node)
+            seq, epoch = self._unanswered_at.get(node, (0, None))
+            if epoch is not None and seq > since:
+                self._revoke(node, epoch)
+                continue
+            use = self._use(node, self._trust.ring.leased())
+            if use.suffix is None and use.skip_is_missed:
+                self._revoke(node, use.epoch)
 
     def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], Any]]:
         """Every job's commands, split by server, PIPELINE commands per write and WINDOW writes
@@ -294,14 +324,26 @@ class MemcacheCluster:
                     (index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(keys), PIPELINE)
                 )
+        record = self._trust.ring.leased() if placement is not None else None
         suffixes: dict[str, bytes] = {}
-        lost: set[str] = set()  # servers that missed a write
+        uses: dict[str, ServerUse] = {}
+        lost: dict[str, ServerEpoch] = {}  # servers that missed a write: the epoch it went under
         for node, queue in queues.items():
-            suffix = self._usable(node) if queue else b""
-            if suffix is None:
-                self._unanswered(node, queue, jobs, done, lost)
-            else:
-                suffixes[node] = suffix
+            if not queue:
+                continue
+            use = uses[node] = self._use(node, record)
+            if use.suffix is None:
+                self._unanswered(node, queue, use, jobs, done, lost)
+                continue
+            suffixes[node] = use.suffix
+            if not use.creates and any(jobs[index].creates for index, _, _ in queue):
+                # No item is created under an epoch before every process may read it: an ADD
+                # is answered as a server that keeps nothing would, and is no missed write.
+                adds = deque(entry for entry in queue if jobs[entry[0]].creates)
+                kept = [entry for entry in queue if not jobs[entry[0]].creates]
+                queue.clear()
+                queue.extend(kept)
+                self._unanswered(node, adds, use._replace(skip_is_missed=False), jobs, done, lost)
         window = 1 if any(job.values for job in jobs) else WINDOW
         flying: dict[str, deque[tuple[int, list[bytes]]]] = {node: deque() for node in queues}
 
@@ -311,7 +353,7 @@ class MemcacheCluster:
             queues[node].extendleft((i, m, []) for i, m in reversed(flying[node]))
             flying[node].clear()
             suffixes.pop(node, None)
-            self._unanswered(node, queues[node], jobs, done, lost)
+            self._unanswered(node, queues[node], uses[node], jobs, done, lost)
 
         while any(queues.values()) or any(flying.values()):
             for node, queue in queues.items():
@@ -353,9 +395,9 @@ class MemcacheCluster:
                 (i, keys, []) for i, pipe, keys, _ in done if pipe.name == node
             )
             done = [entry for entry in done if entry[1].name != node]
-            self._unanswered(node, again, jobs, done, lost)
-        for node in sorted(lost):
-            self._revoke(node)
+            self._unanswered(node, again, uses[node], jobs, done, lost)
+        for node, epoch in sorted(lost.items()):
+            self._revoke(node, epoch)
         if placement is not None and self._trust.ring.current() is not placement:
             self._unplaced(jobs, done, placement)
         if unwritten:
@@ -396,85 +438,56 @@ class MemcacheCluster:
             done[at] = (index, pipe, keys, kept)
 
     def _outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
-        """Servers whose lease, checked before the exchange, ran out before its end, and whose
-        epoch is not the one the exchange used any more: their replies are treated as
-        unanswered. A lease guarantees that its epoch is not revoked with a commit behind the
-        revocation only while it lasts (memcache/trust.py), and a request may be sent, and
-        answered, up to a timeout after its lease was checked (a guard of another server read
-        meanwhile may hang): an answer from a revoked epoch, arriving after the revoking writer
-        committed, would miss that writer's write."""
-        trust = self._trust
-        return [
-            node
-            for node, suffix in suffixes.items()
-            if suffix and trust.epoch(node) != suffix and self._usable(node) != suffix
-        ]
+        """Servers whose use changed during the exchange (the record, read again if the lease
+        ran out meanwhile, gives them another epoch, or none can be read): their replies are
+        treated as unanswered. A lease guarantees that its epoch is not revoked with a commit
+        behind the revocation only while it lasts, and a request may be sent, and answered,
+        up to a timeout after its lease was checked: an answer from a revoked epoch, arriving
+        after the revoking writer committed, would miss that writer's write."""
+        view = self._trust.ring
+        record = view.leased()
+        if record is None and self._placement() is not None:
+            record = view.leased()
+        return [n for n, suffix in suffixes.items() if self._use(n, record).suffix != suffix]
 
     def _unanswered(
         self,
         node: str,
         queue: deque[tuple[int, list[bytes], list[list[Any]]]],
+        use: ServerUse,
         jobs: Sequence[_Job],
         done: list[tuple[int, ServerPipe, list[bytes], Any]],
-        lost: set[str],
+        lost: dict[str, ServerEpoch],
     ) -> None:
         """Answers ``node``'s queued pipelines as a server holding nothing would, and notes in
-        ``lost`` whether one of them wrote."""
-        pipe = self._pipes[node]
+        ``lost`` (with the epoch they went under) whether one of them wrote, unless ``use``
+        says a skip there is no missed write."""
+        pipe = self._pipe(node)
         while queue:
             index, mine, _ = queue.popleft()
             job = jobs[index]
             done.append((index, pipe, mine, job.unanswered(mine)))
+            self._unanswered_seq += 1
+            if not use.skip_is_missed:
+                continue
             if job.absent is not None:
-                lost.add(node)
-            self._unanswered_at[node] = self._unanswered_seq = self._unanswered_seq + 1
+                lost[node] = use.epoch
+            self._unanswered_at[node] = (self._unanswered_seq, use.epoch)
 
-    # -- epochs and guards (memcache/trust.py) -------------------------------------------------
+    # -- epochs in the record (memcache/trust.py) --------------------------------------------
 
-    def _usable(self, node: str) -> bytes | None:
-        """``node``'s key suffix under a lease, taking one if needed; None: unavailable."""
+    def _use(self, node: str, record: RingRecord | None) -> ServerUse:
+        """How ``node`` may be used under ``record``, probing it first if this process found
+        it down and a probe is due (a server down in the record is probed by ``advance``)."""
         trust = self._trust
-        suffix = trust.epoch(node)
-        if suffix is not None or trust.is_down(node):
-            return suffix
-        if trust.was_down(node) and not self._probe(node):
-            return None
-        if not trust.guarded:
-            return b""
-        for _ in range(2):  # again if a guard was slow: it is down now, and skipped
-            taken = trust.clock()
-            copies = self._given_new_guards(node, self._guard_copies(node))
-            if not copies:
-                return None
-            epoch = trust.agreed([item.value if item else None for item in copies.values()])
-            if epoch is None:
-                epoch = self._fresh_epoch(node, copies)
-                if epoch is None:
-                    return None
-            trust.lease(node, epoch, taken)
-            if (suffix := trust.epoch(node)) is not None:
-                return suffix
-        return None
-
-    def _given_new_guards(
-        self, node: str, copies: dict[str, Item | None]
-    ) -> dict[str, Item | None]:
-        """While the ring moves, ``node``'s guards new in the target version that hold no copy
-        of its epoch are given (by ADD) the one its old guards agree on, and ``copies`` read
-        again; otherwise ``copies`` as they are. Never a copy where the old guards disagree
-        or hold a revocation: that goes the usual way (a fresh epoch once revoked). A
-        revocation written meanwhile by a process still at the old version lands on the old
-        guards only, and the copies then disagree for every process that reads them all."""
-        empty = [g for g in self._trust.new_guards(node) if g in copies and copies[g] is None]
-        if not empty:
-            return copies
-        old = [copies[g] for g in copies if g not in empty]
-        epoch = self._trust.agreed([item.value if item else None for item in old])
-        if epoch is None:
-            return copies
-        job = _Job(_add_one, [epoch_key(node)], ([epoch],), absent=_STORED_LINE)
-        self._write_guards(node, dict.fromkeys(empty, job))
-        return self._guard_copies(node)
+        if (
+            record is not None
+            and record.epoch(node).state is not EpochState.DOWN
+            and trust.was_down(node)
+            and not trust.is_down(node)
+        ):
+            self._probe(node)
+        return trust.use(node, record)
 
     def _probe(self, node: str) -> bool:
         """Whether ``node`` answers now (``mn``, the meta no-op); a server stopped with SIGSTOP
@@ -491,93 +504,45 @@ class MemcacheCluster:
         self._trust.mark_up(node)
         return True
 
-    def _on_guard(self, guard: str, job: _Job) -> Any | None:
-        """One job's replies from one guard, its keys sent as they are (no epoch); None if the
-        guard does not answer (it is then down) or is down and not yet due for a probe."""
-        if self._trust.is_down(guard):
-            return None
-        pipe = self._pipe(guard)
-        try:
-            pipe.send(job.build(job.keys, *job.on(job.columns, pipe.connect())))
-            if job.values:
-                return pipe.receive_values(len(job.keys))
-            return pipe.outcomes(pipe.receive(len(job.keys)), len(job.keys))
-        except CacheUnavailable:
-            pipe.close()
-            self._trust.mark_down(guard)
-            return None
-
-    def _guard_copies(self, node: str) -> dict[str, Item | None]:
-        """What each answering guard of ``node`` holds of its epoch."""
-        job = _Job(meta_get_pipeline, [epoch_key(node)], values=True)
-        copies: dict[str, Item | None] = {}
-        for guard in self._trust.guards(node):
-            replies = self._on_guard(guard, job)
-            if replies is not None:
-                copies[guard] = replies[0]
-        return copies
-
-    def _write_guards(self, node: str, writes: Mapping[str, _Job]) -> bool:
-        """Each guard's write of ``node``'s epoch; whether every one was stored."""
-        stored = True
-        for guard, job in writes.items():
-            outcomes = self._on_guard(guard, job)
-            stored = stored and outcomes is not None and outcomes[0] is Outcome.STORED
-        return stored
-
-    def _set_on(self, key: bytes, value: bytes, item: Item | None) -> _Job:
-        """A write of ``value`` where ``item`` was read: CAS against it, or ADD where absent."""
-        if item is None:
-            return _Job(_add_one, [key], ([value],), absent=_STORED_LINE)
-        columns = ([value], [item.cas], [0])
-        return _Job(cas_pipeline, [key], columns, absent=b"NOT_FOUND\r\n", cas_column=1)
-
-    def _fresh_epoch(self, node: str, copies: Mapping[str, Item | None]) -> bytes | None:
-        """A new epoch for ``node``, only once a revocation has stood on its guards for a whole
-        lease: until then a process may still hold a lease on the old epoch and write into its
-        items, which a list built under the new one would never see. Guards that hold no
-        revocation (an epoch they disagree on, or none) are given one now, and the server stays
-        unavailable meanwhile. The epoch is written by CAS (or ADD) on every guard that
-        answered, so a revocation written since the copies were read wins; the server must
-        answer a probe first."""
+    def _revoke(self, node: str, epoch: ServerEpoch) -> None:
+        """``node`` missed a write sent (or skipped) under ``epoch``: the record gives it a new
+        epoch, ``DOWN``, by compare-and-set (unless the record has left ``epoch`` already),
+        and this returns a lease period after this process first saw the record without
+        ``epoch``: every lease taken before has run out, and no process reads the items that
+        missed the write. ``CacheUnavailable`` when the record cannot be read or written: then
+        nothing records that its items are stale, and the caller must not go on."""
+        revoked = ServerEpoch(self._trust.new_epoch(), EpochState.DOWN)
+        record = self._trust.ring.update(_stepped(node, epoch, revoked))
+        if record is None:
+            raise CacheUnavailable(f"memcached {node}: missed writes, and no record of it")
         trust = self._trust
-        values = tuple(item.value if item else None for item in copies.values())
-        if not all(v is not None and v.startswith(REVOKED) for v in values):
-            self._write_revocation(node, copies)
-            return None
-        if trust.clock() < trust.revoked(node, values, trust.clock()) or not self._probe(node):
-            return None
-        epoch = trust.new_epoch()
-        key = epoch_key(node)
-        writes = {guard: self._set_on(key, epoch, item) for guard, item in copies.items()}
-        return epoch if self._write_guards(node, writes) else None
+        self.wait(trust.revoked_wait(node, record.epoch(node)) - trust.clock())
 
-    def _write_revocation(self, node: str, guards: Iterable[str]) -> dict[str, Item | None]:
-        """A fresh revocation of ``node``'s epoch on ``guards``; what they hold after it."""
-        job = _Job(_set_one, [epoch_key(node)], ([self._trust.revocation()],), absent=_STORED_LINE)
-        for guard in guards:
-            self._write_guards(node, {guard: job})
-        return self._guard_copies(node)
-
-    def _revoke(self, node: str) -> None:
-        """``node`` missed writes: its epoch is revoked on every guard that answers (unless they
-        already hold a revocation), and this returns once every lease taken before the
-        revocation has run out. ``CacheUnavailable`` when no guard answers: then nothing
-        records that its items are stale, and the caller must not go on."""
-        trust = self._trust
-        if trust.guarded:  # every guard that answers must hold it: probe those left alone
-            for guard in trust.guards(node):
-                if trust.is_down(guard):
-                    self._probe(guard)
-        copies = self._guard_copies(node) if trust.guarded else {}
-        values = [item.value if item else None for item in copies.values()]
-        if copies and not all(v is not None and v.startswith(REVOKED) for v in values):
-            copies = self._write_revocation(node, copies)
-            values = [item.value if item else None for item in copies.values()]
-        if not copies:
-            raise CacheUnavailable(f"memcached {node}: missed writes, and no guard answers")
-        until = trust.revoked(node, tuple(values), trust.clock())
-        self.wait(until - trust.clock())
+    def advance(self) -> None:
+        """Brings servers back, one step of the record each: a server ``DOWN`` that answers a
+        probe becomes ``RETURNING`` under its new epoch; one ``RETURNING`` for a lease period
+        since this process first saw it becomes ``UP`` (every lease taken while it was down
+        has run out, so no writer skips a write to it any more). Processes racing make the
+        same step, and the compare-and-set lets one of them make it."""
+        view = self._trust.ring
+        record = view.leased()
+        if record is None or not record.returning_or_down():
+            return
+        for node in record.used:
+            epoch = record.epoch(node)
+            if epoch.state is EpochState.DOWN:
+                if self._trust.is_down(node) or not self._probe(node):
+                    continue
+                after = ServerEpoch(epoch.value, EpochState.RETURNING)
+            elif (
+                epoch.state is EpochState.UP
+                or self._trust.was_down(node)
+                or view.clock() < view.first_seen(node, epoch) + view.stale_s
+            ):
+                continue
+            else:
+                after = ServerEpoch(epoch.value, EpochState.UP)
+            view.update(_stepped(node, epoch, after))
 
     def _pipe(self, node: str) -> ServerPipe:
         """``node``'s pipe, connected first if a newer ring record named it."""
@@ -625,7 +590,8 @@ class MemcacheCluster:
             return store_pipeline(command, keys, data, expire)
 
         absent = b"NOT_STORED\r\n" if command == b"append" else _STORED_LINE
-        job = _Job(build, list(values), (list(values.values()),), absent=absent)
+        creates = command == b"add"
+        job = _Job(build, list(values), (list(values.values()),), absent=absent, creates=creates)
         return self._outcomes(job)
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
@@ -737,32 +703,32 @@ class MemcacheCluster:
         return found
 
     def flush_all(self) -> None:
-        """Every item of every server gone, the epochs' copies with them; returns once each
-        server has a fresh epoch again (after the revocation's lease period: memcache/trust.py),
-        so that what this client writes next is kept."""
+        """Every item of every server gone (an eviction of everything, which every layer
+        survives; the epochs are in the record, not on the servers)."""
         for server in self._clients:
             self._call(server, "flush_all", 0, False)
-        for server in self._clients:
-            self._trust.drop_lease(server)
-        self.settle()
 
     def unusable(self) -> list[str]:
-        """The servers of this process's ring state that cannot be used now; a lease is taken
-        on each of the others that had none."""
-        return [server for server in self._trust.servers if self._usable(server) is None]
+        """The servers of this process's ring state that the read paths cannot use now."""
+        record = self._trust.ring.leased() if self._placement() is not None else None
+        return [s for s in self._trust.servers if not self._use(s, record).readable]
 
     def settle(self) -> None:
-        """Returns once every server is usable (up, with an epoch under a lease), which takes
-        a lease period after a flush or a first start; ``CacheUnavailable`` if one is still
-        not after a few of them."""
-        bounds = self._trust.settings
-        deadline = self._trust.clock() + 3 * bounds.lease_s + 2 * bounds.timeout_s
-        while (waiting := self.unusable()) and (self._trust.clock() < deadline):
-            self.wait(bounds.lease_s / 10)
+        """Returns once every server is usable (up in the record, answering), bringing servers
+        back meanwhile (a lease period for one that was down); ``CacheUnavailable`` if one is
+        still not after a few lease periods."""
+        view = self._trust.ring
+        deadline = view.clock() + 3 * view.stale_s + 4 * self._trust.settings.timeout_s + 1.0
+        while (waiting := self.unusable()) and view.clock() < deadline:
+            self.advance()
+            self.wait(min(view.stale_s, 1.0) / 10 or 0.01)
         if waiting:
-            raise CacheUnavailable(f"memcached {waiting[0]}: not usable after a flush")
+            raise CacheUnavailable(f"memcached {waiting[0]}: not usable")
 
     def close(self) -> None:
+        renewals = self._trust.ring.renewals
+        if self.advance in renewals:
+            renewals.remove(self.advance)
         for client in self._clients.values():
             client.close()
         for pipe in self._pipes.values():

@@ -39,10 +39,13 @@ the greatest wins, a tie to the greater node name), over the families.
 
 from __future__ import annotations
 
+import enum
 import json
+import logging
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -53,14 +56,18 @@ import mmh3
 
 __all__ = [
     "MOVED",
+    "EpochState",
     "Placement",
+    "RecordChange",
     "RingRecord",
     "RingSource",
     "RingView",
+    "ServerEpoch",
     "families",
     "family",
 ]
 
+_log = logging.getLogger(__name__)
 MOVED = -1  # the owner of a key that is moving between servers: no server may be used
 NAME_MARK = b"~"  # outside the id alphabet, the namespace's and ``|``: names stay injective
 # Placements a ring remembers: 1M keys of 19-digit ids cost ~110 MB (the keys kept alive and
@@ -86,17 +93,44 @@ def families(keys: Sequence[bytes]) -> list[bytes]:
     return list(map(re.Match.group, map(_FAMILY.match, keys)))  # type: ignore[arg-type]
 
 
+class EpochState(enum.Enum):
+    """Where a server stands in the record (docs/design/cache-register.md)."""
+
+    UP = "up"  # read, filled and written under its epoch
+    DOWN = "down"  # missed writes: nothing is sent to it, and a write skipped is not missed
+    RETURNING = "returning"  # written under its next epoch (no ADD), read by writers only
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEpoch:
+    """A server's epoch and state. ``value`` is appended to every key sent to the server
+    (``@{value}``; none for the empty value every server starts with): an epoch is never used
+    again once left, so items a server kept through a failure are never asked for again."""
+
+    value: str = ""
+    state: EpochState = EpochState.UP
+
+    @property
+    def suffix(self) -> bytes:
+        return b"@" + self.value.encode("ascii") if self.value else b""
+
+
+UP_FROM_START = ServerEpoch()
+
+
 @dataclass(frozen=True, slots=True)
 class RingRecord:
-    """Every version's servers, oldest first (version ``first`` + index), and whether the
-    newest is still being moved to.
+    """Every version's servers, oldest first (version ``first`` + index), whether the newest
+    is still being moved to, and the epoch of every server whose epoch ever changed (the
+    others are up under the empty epoch).
 
     Invariants: at least one version; each has at least one server; a moving record has at
-    least two versions."""
+    least two versions; ``epochs`` is sorted by server, so equal records have equal text."""
 
     rings: tuple[tuple[str, ...], ...]
     first: int = 1
     moving: bool = False
+    epochs: tuple[tuple[str, ServerEpoch], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.rings or not all(self.rings):
@@ -105,6 +139,8 @@ class RingRecord:
             raise ValueError("a ring can only move from an earlier version")
         if any(ring != tuple(sorted(set(ring))) for ring in self.rings):
             raise ValueError("each version's servers are sorted and distinct")
+        if [name for name, _ in self.epochs] != sorted({name for name, _ in self.epochs}):
+            raise ValueError("epochs are sorted by server, one each")
 
     @classmethod
     def of(cls, servers: Sequence[str]) -> RingRecord:
@@ -120,10 +156,33 @@ class RingRecord:
         """The newest version's servers (the target while moving)."""
         return self.rings[-1]
 
+    @property
+    def used(self) -> tuple[str, ...]:
+        """The servers a process in this state may use: while moving, those of both
+        versions."""
+        rings = self.rings[-2:] if self.moving else self.rings[-1:]
+        return tuple(sorted({node for ring in rings for node in ring}))
+
+    def epoch(self, server: str) -> ServerEpoch:
+        for name, epoch in self.epochs:
+            if name == server:
+                return epoch
+        return UP_FROM_START
+
+    def returning_or_down(self) -> bool:
+        """Whether some server is not ``UP`` (a step back is due once it answers)."""
+        return any(epoch.state is not EpochState.UP for _, epoch in self.epochs)
+
+    def with_epoch(self, server: str, epoch: ServerEpoch) -> RingRecord:
+        """This record with ``server``'s epoch replaced."""
+        epochs = dict(self.epochs)
+        epochs[server] = epoch
+        return RingRecord(self.rings, self.first, self.moving, tuple(sorted(epochs.items())))
+
     def moved_to(self, servers: Sequence[str]) -> RingRecord:
         """The next version, ``servers``, being moved to. A live change keeps at least two
-        servers on each side: one server alone keeps no epoch (memcache/trust.py), so its keys'
-        names would change when it gains a guard."""
+        servers on each side: one alone would leave every key moving, the whole cache read
+        from the edge store for two holds."""
         target = tuple(sorted(set(servers)))
         if self.moving:
             raise ValueError(f"version {self.version} is still being moved to")
@@ -131,19 +190,30 @@ class RingRecord:
             raise ValueError("the ring already has exactly these servers")
         if len(target) < 2 or len(self.servers) < 2:
             raise ValueError("a live ring change needs two servers or more before and after")
-        return RingRecord((*self.rings, target), self.first, moving=True)
+        return RingRecord((*self.rings, target), self.first, True, self.epochs)
 
     def settled(self) -> RingRecord:
-        return RingRecord(self.rings, self.first, moving=False)
+        return RingRecord(self.rings, self.first, False, self.epochs)
 
     def to_json(self) -> str:
-        return json.dumps({"rings": self.rings, "first": self.first, "moving": self.moving})
+        epochs = {name: [e.value, e.state.value] for name, e in self.epochs}
+        data = {"rings": self.rings, "first": self.first, "moving": self.moving}
+        return json.dumps({**data, "epochs": epochs} if epochs else data)
 
     @classmethod
     def from_json(cls, text: str) -> RingRecord:
         data = json.loads(text)
         rings = tuple(tuple(str(s) for s in ring) for ring in data["rings"])
-        return cls(rings, int(data["first"]), bool(data["moving"]))
+        epochs = tuple(
+            sorted(
+                (str(name), ServerEpoch(str(value), EpochState(state)))
+                for name, (value, state) in data.get("epochs", {}).items()
+            )
+        )
+        return cls(rings, int(data["first"]), bool(data["moving"]), epochs)
+
+
+RecordChange = Callable[[RingRecord], "RingRecord | None"]
 
 
 class RingSource(Protocol):
@@ -285,9 +355,13 @@ def _winners(ring: Sequence[str], families: list[bytes]) -> list[int]:
 
 
 class RingView:
-    """A process's view of the ring: the record it read, used for ``lease_s`` after the read
-    began, then read again. Without a source the record never changes (a fixed ring, as
-    configured). Thread-safe: one thread reads the source at a time, the others wait for it."""
+    """A process's view of the shared record: the record it read, used for ``lease_s`` after
+    the read began, then read again (by a background thread before it runs out, once
+    ``keep_renewed`` was called; else by the first use after it ran out). Without a source
+    the record is this process's own: never read again, changed only by ``update``.
+
+    Thread-safe: one thread reads or swaps the source at a time, the others wait for it; the
+    record and placement are replaced whole, so a reader sees one or the other."""
 
     def __init__(
         self,
@@ -299,21 +373,45 @@ class RingView:
         self.source = source
         self.lease_s = lease_s
         self.clock = clock
+        self._record = record
         self._placement = Placement(record)
         self._taken = float("-inf") if source is not None else float("inf")
-        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, ServerEpoch], float] = {}
+        self._lock = threading.RLock()
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.renewals: list[Callable[[], None]] = []  # called after each background renewal
 
     @property
     def record(self) -> RingRecord:
-        """The record last read (its lease may have run out)."""
-        return self._placement.record
+        """The record last read (its lease may have run out); its epochs are the newest this
+        process knows."""
+        return self._record
 
     def current(self) -> Placement | None:
         """The placement under a live lease, or None when the lease ran out (a reader that
-        must not block gives up; ``renewed`` reads the record again)."""
+        must not block gives up; ``renewed`` reads the record again). A placement changes
+        only with the servers (versions, moving): an epoch's change keeps its remembered
+        keys."""
         if self.clock() - self._taken < self.lease_s:
             return self._placement
         return None
+
+    def leased(self) -> RingRecord | None:
+        """The record under a live lease (None when it ran out)."""
+        return self._record if self.clock() - self._taken < self.lease_s else None
+
+    @property
+    def stale_s(self) -> float:
+        """How long another process may still use a record after it was replaced: a lease
+        with a shared source; none without (this process's record is the only one, and every
+        exchange checks it again once its replies are in)."""
+        return self.lease_s if self.source is not None else 0.0
+
+    def first_seen(self, server: str, epoch: ServerEpoch) -> float:
+        """When this process first held a record giving ``server`` this epoch (after the read
+        that brought it ended: never earlier than the swap that wrote it)."""
+        return self._seen.get((server, epoch), self.clock())
 
     def renewed(self) -> Placement | None:
         """The placement, read again from the source if the lease ran out; None when the
@@ -323,12 +421,87 @@ class RingView:
         with self._lock:
             if (placement := self.current()) is not None:
                 return placement
-            taken = self.clock()
+            return self._read()
+
+    def _read(self) -> Placement | None:
+        assert self.source is not None
+        taken = self.clock()
+        try:
+            record = self.source.read_ring()
+        except Exception:  # any failure of the shared place: no lease, so no key is used
+            return None
+        self._adopt(record or self._record, taken)
+        return self._placement
+
+    def _adopt(self, record: RingRecord, taken: float) -> None:
+        """``record``, known to be the stored one at some moment after ``taken``."""
+        now = self.clock()
+        for server, epoch in record.epochs:
+            self._seen.setdefault((server, epoch), now)
+        if record.rings != self._record.rings or record.moving != self._record.moving:
+            self._placement = Placement(record)
+        self._record = record
+        self._taken = max(self._taken, taken) if self.source is not None else self._taken
+
+    @property
+    def renewing(self) -> bool:
+        """Whether a background thread renews the lease (``keep_renewed``)."""
+        return self._renewer is not None
+
+    def update(self, change: RecordChange) -> RingRecord | None:
+        """The stored record after ``change``: applied to the stored record and swapped in by
+        compare-and-set, again on the newest record as long as the swap is refused (another
+        process swapped meanwhile); ``change`` answering None leaves the record as it is. None
+        when the shared place cannot be read or written."""
+        with self._lock:
+            while True:
+                taken = self.clock()
+                try:
+                    stored = self.source.read_ring() if self.source is not None else self._record
+                    base = stored or self._record
+                    after = change(base)
+                    if after is None:
+                        self._adopt(base, taken)
+                        return base
+                    if self.source is None or self.source.swap_ring(stored, after):
+                        self._adopt(after, taken)
+                        return after
+                except Exception:  # the shared place failed: nothing is known to be recorded
+                    return None
+
+    def keep_renewed(self) -> None:
+        """Renews the lease from a background thread whenever half of it has passed, so that
+        no request waits on the shared place in steady state (idempotent)."""
+        if self.source is None or self._renewer is not None:
+            return
+        self._renewer = threading.Thread(
+            target=_renew_loop, args=(weakref.ref(self), self._stop), name="ring-lease", daemon=True
+        )
+        self._renewer.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _renew_loop(ref: weakref.ref[RingView], stop: threading.Event) -> None:
+    """``keep_renewed``'s thread: holds its view only while renewing it, and ends once the view
+    is stopped or gone (a process's clients closed and dropped)."""
+    pause = 0.0
+    while not stop.wait(pause):
+        view = ref()
+        if view is None:
+            return
+        with view._lock:
+            if view.clock() - view._taken >= view.lease_s / 2:
+                read = view._read()
+            else:
+                read = view._placement
+        for renewal in list(view.renewals):
             try:
-                record = self.source.read_ring()
-            except Exception:  # any failure of the shared place: no lease, so no key is used
-                return None
-            if record is not None and record != self._placement.record:
-                self._placement = Placement(record)
-            self._taken = taken
-            return self._placement
+                renewal()
+            except Exception:
+                _log.warning("bringing memcached servers back failed", exc_info=True)
+        # Half a lease after the last read, or soon again if the shared place failed.
+        due = view._taken + view.lease_s / 2 - view.clock()
+        pause = view.lease_s / 10 if read is None else max(view.lease_s / 20, due)
+        del view

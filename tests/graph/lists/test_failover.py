@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLayout
 from timeline_fanout.graph.lists.sharded import ShardedLayout
@@ -26,11 +27,12 @@ from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.reader import TimelineSource
 from timeline_fanout.memcache import Cache, MemcacheCluster, Outcome
-from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout.memcache.trust import TrustSettings
 from timeline_fanout_devstack.memcached_processes import end, own_server, start, stop
 
 USERS = [f"u{i}" for i in range(24)]
-BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3, lease_s=0.3)
+BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3)
+LEASE_S = 0.3  # on the register every process of a test shares
 Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
 
 
@@ -40,10 +42,19 @@ def three() -> Iterator[list[Server]]:
         yield [a, b, c]
 
 
-def process(servers: list[Server], store: SqliteEdgeStore, namespace: str) -> ShardedLists:
-    """What one process of the product holds: a cluster with a trust of its own."""
+@pytest.fixture
+def register() -> HeldRing:
+    """The register every process of a test reads its servers' epochs from."""
+    return HeldRing(None)
+
+
+def process(
+    servers: list[Server], store: SqliteEdgeStore, namespace: str, register: HeldRing
+) -> ShardedLists:
+    """What one process of the product holds: a cluster with a trust of its own, on the
+    shared register."""
     addresses = [address for _, address in servers]
-    trust = ServerTrust([f"{h}:{p}" for h, p in addresses], BOUNDS)
+    trust = process_trust([f"{h}:{p}" for h, p in addresses], register, BOUNDS, LEASE_S)
     cache = MemcacheCluster(addresses, trust=trust)
     return TokenLists(
         ShardedLayout, cache, store, ListSettings(namespace=namespace, compact_write_prob=0.2)
@@ -95,10 +106,10 @@ def on(lists: ShardedLists, server: Server) -> list[ListRef]:
 
 
 def test_lists_stay_exact_while_a_server_is_killed_and_restarted_empty(
-    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str, register: HeldRing
 ) -> None:
     graph = Graph(sqlite_store, 1)
-    writer = process(three, sqlite_store, unique)
+    writer = process(three, sqlite_store, unique, register)
     graph.write(writer, 300)
     assert wrong(writer, sqlite_store) == []  # every list cached
     victim = three[0]
@@ -112,17 +123,17 @@ def test_lists_stay_exact_while_a_server_is_killed_and_restarted_empty(
     try:
         graph.write(writer, 200)
         assert wrong(writer, sqlite_store) == []
-        assert wrong(process(three, sqlite_store, unique), sqlite_store) == []
+        assert wrong(process(three, sqlite_store, unique, register), sqlite_store) == []
     finally:
         end(restarted)
 
 
 def test_a_hung_server_resumed_with_stale_items_never_serves_them(
-    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str, register: HeldRing
 ) -> None:
     graph = Graph(sqlite_store, 2)
-    writer = process(three, sqlite_store, unique)
-    bystander = process(three, sqlite_store, unique)  # reads, never writes
+    writer = process(three, sqlite_store, unique, register)
+    bystander = process(three, sqlite_store, unique, register)  # reads, never writes
     graph.write(writer, 300)
     assert wrong(writer, sqlite_store) == []
     assert wrong(bystander, sqlite_store) == []  # holds leases on every server
@@ -135,7 +146,7 @@ def test_a_hung_server_resumed_with_stale_items_never_serves_them(
         victim[0].send_signal(signal.SIGCONT)
     # The victim answers again with every item it held. Neither the writer, nor the reader
     # that never saw it go away, nor a process started now, may read them.
-    for reader in (writer, bystander, process(three, sqlite_store, unique)):
+    for reader in (writer, bystander, process(three, sqlite_store, unique, register)):
         assert wrong(reader, sqlite_store) == []
     graph.write(writer, 200)
     assert wrong(writer, sqlite_store) == []
@@ -143,12 +154,12 @@ def test_a_hung_server_resumed_with_stale_items_never_serves_them(
 
 
 def test_a_server_killed_while_stopped_and_back_empty_serves_only_new_items(
-    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str, register: HeldRing
 ) -> None:
-    """A guard lost with its copies of the epochs it kept (restarted empty) makes nothing
-    stale usable: a copy is repaired only from another guard's valid one."""
+    """A server that missed writes while hung, then restarted empty, is used again only
+    under a new epoch: nothing it held before is asked for."""
     graph = Graph(sqlite_store, 3)
-    writer = process(three, sqlite_store, unique)
+    writer = process(three, sqlite_store, unique, register)
     graph.write(writer, 300)
     victim = three[2]
     stop(victim[0])
@@ -157,7 +168,7 @@ def test_a_server_killed_while_stopped_and_back_empty_serves_only_new_items(
     restarted = start(victim[1][1])
     try:
         graph.write(writer, 100)
-        for reader in (writer, process(three, sqlite_store, unique)):
+        for reader in (writer, process(three, sqlite_store, unique, register)):
             assert wrong(reader, sqlite_store) == []
     finally:
         end(restarted)
@@ -181,14 +192,14 @@ class HangsWhenAskedWhetherItExists:
 
 
 def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
-    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str
+    three: list[Server], sqlite_store: SqliteEdgeStore, unique: str, register: HeldRing
 ) -> None:
     """A timeline at memcached's item size limit refuses the APPEND; the writer then asks
     whether it exists, and the server hangs: the delivery must count as missed, so the full
     timeline, still there when the server resumes, is never served without the post."""
     now = int(time.time() * 1000)
     settings = ListSettings(namespace=unique, max_members=800)
-    writer_cache = process(three, sqlite_store, unique).cache
+    writer_cache = process(three, sqlite_store, unique, register).cache
     timelines = TokenLists(CappedLayout, writer_cache, TimelineSource(sqlite_store, 800), settings)
     victim = three[0]
     name = f"{victim[1][0]}:{victim[1][1]}"
@@ -225,7 +236,7 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
         victim[0].send_signal(signal.SIGCONT)
     reader = TokenLists(
         CappedLayout,
-        process(three, sqlite_store, unique).cache,
+        process(three, sqlite_store, unique, register).cache,
         TimelineSource(sqlite_store, 800),
         settings,
     )

@@ -25,7 +25,7 @@ from timeline_fanout_devstack.memcached_processes import own_server
 # namespace: with 40 bodies, some move and some stay but once in ~10^5 runs (12 gave 1 in 30).
 AUTHORS = [f"a{i}" for i in range(40)]
 READER = "r0"
-BOUNDS = TrustSettings(timeout_s=1.0, retry_s=2.0, lease_s=0.3)
+BOUNDS = TrustSettings(timeout_s=1.0, retry_s=2.0)
 
 
 @pytest.fixture

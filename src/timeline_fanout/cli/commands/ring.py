@@ -9,13 +9,8 @@ import argparse
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.commands.base import Subcommands, console, err_console
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.memcache.ring import RingRecord
-from timeline_fanout.memcache.ring_change import (
-    RingChangeError,
-    change_ring,
-    hold_s,
-    settle_epochs,
-)
+from timeline_fanout.memcache.ring import EpochState, RingRecord
+from timeline_fanout.memcache.ring_change import RingChangeError, change_ring, hold_s
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -49,17 +44,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             configured,
             servers,
             hold_s(settings.ring_lease_s, bounds),
-            settle_epochs(bounds),
             say=err_console.print,
         )
     except (RingChangeError, ValueError) as exc:
         err_console.print(f"ring change refused: {exc}")
         return 2
-    if changed.unsettled:
-        err_console.print(
-            f"not answering, their epochs left to the processes: {', '.join(changed.unsettled)}"
-        )
-    _show(changed.record)
+    _show(changed)
     return 0
 
 
@@ -75,3 +65,6 @@ def _show(record: RingRecord) -> None:
         version = record.first + offset
         state = " (moving to it)" if record.moving and version == record.version else ""
         console.print(f"version {version}{state}: {', '.join(servers)}")
+    for server, epoch in record.epochs:
+        if server in record.used and epoch.state is not EpochState.UP:
+            console.print(f"{server}: {epoch.state.value} (missed writes; back once it answers)")
