@@ -14,8 +14,9 @@ import pytest
 
 from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.memcache import MemcacheCluster
-from timeline_fanout.memcache.ring import EpochState
+from timeline_fanout.memcache.ring import EpochState, RingRecord, ServerEpoch
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout.memcache.wire import Outcome
 from timeline_fanout_devstack.memcached_processes import own_server, stop
 
 Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
@@ -109,3 +110,60 @@ def test_an_add_left_unanswered_by_a_hung_server_revokes_it_so_a_late_add_is_nev
     assert late.trust.ring.record.epoch(victim).suffix != suffix
     assert late.available([key]) == [True]
     assert late.get_many([key]) == {}
+
+
+def test_a_returning_server_takes_writes_creates_nothing_and_is_read_once_up(
+    three: list[Server],
+) -> None:
+    """Between down and up a server is written under its new epoch (a write skipped there
+    would be missed), but no item is created there and nothing is read from it: a process
+    still holding a lease on ``down`` may skip a write to it until a lease after."""
+    victim = names(three)[0]
+    returning = RingRecord.of(names(three)).with_epoch(
+        victim, ServerEpoch("5e7b4c01", EpochState.RETURNING)
+    )
+    register = HeldRing(returning)
+    writer = process(three, register)
+    key = key_on(writer, victim)
+    named = key + b"@5e7b4c01"
+    raw = MemcacheCluster([three[0][1]])
+    assert writer.available([key]) == [False]
+    assert writer.add_many({key: b"built"}) == {key: Outcome.STORED}  # answered, not sent
+    assert raw.get_many([named]) == {}
+    assert raw.set_many({named: b"+a "}) == {named: Outcome.STORED}
+    assert writer.append_many({key: b"+b "}) == {key: Outcome.STORED}  # sent
+    assert raw.get_many([named]) == {named: b"+a +b "}
+    writer.settle()  # up a lease after it was first seen returning
+    assert register.record is not None
+    assert register.record.epoch(victim) == ServerEpoch("5e7b4c01", EpochState.UP)
+    assert writer.get_many([key]) == {key: b"+a +b "}
+
+
+def test_a_write_missed_under_a_returning_epoch_revokes_it_though_it_went_up_meanwhile(
+    three: list[Server],
+) -> None:
+    """The writer's lease says returning; another process brings the server up under the same
+    epoch meanwhile. The write the server missed is missed by that epoch's items: the
+    revocation must not be skipped because the state it was sent under is gone."""
+    victim = names(three)[0]
+    epoch = ServerEpoch("5e7b4c02", EpochState.RETURNING)
+    register = HeldRing(RingRecord.of(names(three)).with_epoch(victim, epoch))
+    clock = Clock()
+    writer = process(three, register, process_trust(names(three), register, QUICK, 60.0, clock))
+    key = key_on(writer, victim)
+    assert writer.available([key]) == [False]  # the record read: returning
+    up = ServerEpoch(epoch.value, EpochState.UP)
+    assert register.record is not None
+    assert register.swap_ring(register.record, register.record.with_epoch(victim, up))
+    writer.trust.mark_down(victim)
+
+    def wait(seconds: float) -> None:  # the revocation's wait, passed on the writer's clock
+        clock.now += max(0.0, seconds)
+
+    writer.wait = wait  # type: ignore[method-assign]
+    writer.append_many({key: b"+w "})  # not sent, under the lease that says returning
+    assert clock.now >= 60.0  # held a lease period
+    assert register.record is not None
+    # Revoked: a new epoch (already on its way back, since the server answers this writer's
+    # probe), never the one whose items missed the write.
+    assert register.record.epoch(victim).value != epoch.value

@@ -86,6 +86,19 @@ def _stepped(node: str, before: ServerEpoch, after: ServerEpoch) -> RecordChange
     return change
 
 
+def _revoked(node: str, value: str, revoked: ServerEpoch) -> RecordChange:
+    """A revocation: ``node`` goes ``revoked`` if it is still under the epoch ``value``, up or
+    returning (a write under a returning epoch is missed by that epoch once it is up)."""
+
+    def change(stored: RingRecord) -> RingRecord | None:
+        now = stored.epoch(node)
+        if now.value != value or now.state is EpochState.DOWN:
+            return None
+        return stored.with_epoch(node, revoked)
+
+    return change
+
+
 def keep_ttl(ttl: int) -> int:
     """The expiry to write back for an item read with ``ttl`` seconds left (-1: none), so that
     a rewrite (CAS) never extends an item's life. An item read without its time to live (the
@@ -512,7 +525,7 @@ class MemcacheCluster:
         missed the write. ``CacheUnavailable`` when the record cannot be read or written: then
         nothing records that its items are stale, and the caller must not go on."""
         revoked = ServerEpoch(self._trust.new_epoch(), EpochState.DOWN)
-        record = self._trust.ring.update(_stepped(node, epoch, revoked))
+        record = self._trust.ring.update(_revoked(node, epoch.value, revoked))
         if record is None:
             raise CacheUnavailable(f"memcached {node}: missed writes, and no record of it")
         trust = self._trust

@@ -82,6 +82,7 @@ class ServerTrust:
         self.clock = clock
         self.new_epoch = new_epoch
         self._down_until: dict[str, float] = {}
+        self._down_under: dict[str, ServerEpoch] = {}  # the record's, when marked down
         self._failed_probes: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -109,6 +110,7 @@ class ServerTrust:
             self._failed_probes[server] = failed
             backoff = self.settings.retry_s * min(8, 2**failed)
             self._down_until[server] = self.clock() + backoff
+            self._down_under[server] = self.ring.record.epoch(server)
 
     def mark_up(self, server: str) -> None:
         with self._lock:
@@ -116,9 +118,13 @@ class ServerTrust:
             self._failed_probes.pop(server, None)
 
     def is_down(self, server: str) -> bool:
-        """Down and not yet due for a probe."""
+        """Down and not yet due for a probe. A server another process brought back since this
+        one marked it down (the record gives it another epoch or state) is due at once:
+        waiting out the back-off would only skip writes to it, each one revoking it again."""
         until = self._down_until.get(server)
-        return until is not None and self.clock() < until
+        if until is None or self.clock() >= until:
+            return False
+        return self._down_under.get(server) == self.ring.record.epoch(server)
 
     def was_down(self, server: str) -> bool:
         """Marked down at some point and not seen answering since (a probe is due)."""

@@ -241,3 +241,31 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
         settings,
     )
     assert fresh.member in reader.read(ref)
+
+
+def test_two_servers_keep_writing_and_reading_exact_while_one_is_down(
+    sqlite_store: SqliteEdgeStore, unique: str, register: HeldRing
+) -> None:
+    """Nothing counts servers: with two, either can fail and the writes go on around it, its
+    lists read from the store, and it is used again, empty, once back."""
+    with own_server() as a, own_server() as b:
+        two = [a, b]
+        graph = Graph(sqlite_store, 4)
+        writer = process(two, sqlite_store, unique, register)
+        graph.write(writer, 200)
+        assert wrong(writer, sqlite_store) == []
+        victim = two[0]
+        assert on(writer, victim), "the victim holds some lists"
+        end(victim[0])
+        graph.write(writer, 200)  # nothing raises
+        assert wrong(writer, sqlite_store) == []
+        restarted = start(victim[1][1])
+        try:
+            fresh = process(two, sqlite_store, unique, register)
+            fresh.cache.settle()  # type: ignore[attr-defined]
+            graph.write(writer, 100)
+            assert wrong(fresh, sqlite_store) == []
+            assert wrong(writer, sqlite_store) == []
+            assert fresh.stats.degraded_reads == 0  # read from the cache again
+        finally:
+            end(restarted)
