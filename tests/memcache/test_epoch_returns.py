@@ -116,27 +116,34 @@ def test_a_returning_server_takes_writes_creates_nothing_and_is_read_once_up(
     three: list[Server],
 ) -> None:
     """Between down and up a server is written under its new epoch (a write skipped there
-    would be missed), but no item is created there and nothing is read from it: a process
-    still holding a lease on ``down`` may skip a write to it until a lease after."""
+    would be missed), but no item is created there (an ADD is answered and not sent, a SET
+    only replaces) and the read paths leave it alone: a process still holding a lease on
+    ``down`` may skip a write to it until a lease after."""
     victim = names(three)[0]
     returning = RingRecord.of(names(three)).with_epoch(
         victim, ServerEpoch("5e7b4c01", EpochState.RETURNING)
     )
     register = HeldRing(returning)
-    writer = process(three, register)
+    clock = Clock()  # the writer's: returning lasts until the test lets a lease pass
+    writer = process(three, register, process_trust(names(three), register, QUICK, 5.0, clock))
+    writer.wait = lambda seconds: None  # type: ignore[method-assign]  # holds pass at once
     key = key_on(writer, victim)
     named = key + b"@5e7b4c01"
     raw = MemcacheCluster([three[0][1]])
     assert writer.available([key]) == [False]
     assert writer.add_many({key: b"built"}) == {key: Outcome.STORED}  # answered, not sent
+    assert writer.set_many({key: b"mark"}) == {key: Outcome.STORED}  # a REPLACE: nothing there
     assert raw.get_many([named]) == {}
     assert raw.set_many({named: b"+a "}) == {named: Outcome.STORED}
     assert writer.append_many({key: b"+b "}) == {key: Outcome.STORED}  # sent
     assert raw.get_many([named]) == {named: b"+a +b "}
+    assert writer.set_many({key: b"+a +b +c "}) == {key: Outcome.STORED}  # overwrites
+    assert raw.get_many([named]) == {named: b"+a +b +c "}
+    clock.now += 5.0
     writer.settle()  # up a lease after it was first seen returning
     assert register.record is not None
     assert register.record.epoch(victim) == ServerEpoch("5e7b4c01", EpochState.UP)
-    assert writer.get_many([key]) == {key: b"+a +b "}
+    assert writer.get_many([key]) == {key: b"+a +b +c "}
 
 
 def test_a_write_missed_under_a_returning_epoch_revokes_it_though_it_went_up_meanwhile(
@@ -167,3 +174,29 @@ def test_a_write_missed_under_a_returning_epoch_revokes_it_though_it_went_up_mea
     # Revoked: a new epoch (already on its way back, since the server answers this writer's
     # probe), never the one whose items missed the write.
     assert register.record.epoch(victim).value != epoch.value
+
+
+def test_a_write_to_a_revoked_server_returns_only_once_older_leases_ran_out(
+    three: list[Server],
+) -> None:
+    """A reader holds a lease on the old epoch; a writer revokes the server. Another writer
+    then writes to it (skipped while down, or sent under the new epoch while it returns) and
+    commits: the reader, whose lease is still live, must not read the old epoch's item, which
+    lacks that write. So the second writer's call returns only once the old leases ran out."""
+    register = HeldRing(None)
+    first, second, reader = (
+        process(three, register, process_trust(names(three), register, QUICK, 1.0))
+        for _ in range(3)
+    )
+    first.wait = lambda seconds: None  # type: ignore[method-assign]  # still holding its batch
+    victim = names(three)[0]
+    key, other = [k for k in (b"k%d" % i for i in range(10_000)) if first.server_for(k) == victim][
+        :2
+    ]
+    first.set_many({key: b"a", other: b"a"})
+    assert reader.get_many([key]) == {key: b"a"}  # a lease on the old epoch
+    first.trust.mark_down(victim)
+    first.missed([other], first.checkpoint())  # revoked (its own wait is another story)
+    assert register.record is not None and register.record.epoch(victim).state is EpochState.DOWN
+    second.append_many({key: b" w2"})  # free of revocation, not of the wait
+    assert reader.get_many([key]) in ({}, {key: b"a w2"})  # never the item that lacks it

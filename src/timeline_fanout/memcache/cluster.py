@@ -139,7 +139,11 @@ class _Job:
     absent: bytes | None = None
     quiet: bool = False  # meta sets answered only when refused, then MN (wire.py)
     cas_column: int | None = None  # the column of CAS tokens (``Item.cas``), if any
-    creates: bool = False  # ADD: sent only to a server ``UP`` in the record (memcache/trust.py)
+    # ADD and SET may create an item, which only a server ``UP`` in the record may hold
+    # (memcache/trust.py): elsewhere an ADD is answered as stored and not sent, and a SET is
+    # sent as ``replacing`` (REPLACE: an item that exists is overwritten, none is created).
+    creates: bool = False
+    replacing: Callable[..., bytes] | None = None
 
     def on(self, columns: Sequence[Sequence[Any]], connection: int) -> list[Sequence[Any]]:
         """``columns`` to send on ``connection``: CAS tokens read on another connection made
@@ -202,7 +206,6 @@ class MemcacheCluster:
             raise ValueError("no memcached servers configured")
         # Parses the replies made up for moving keys (memcache/ring.py); never connected.
         self._nowhere = ServerPipe("moving", 0, trust.settings.timeout_s)
-        self._advancing()
 
     @property
     def servers(self) -> list[str]:
@@ -218,18 +221,9 @@ class MemcacheCluster:
             for node in placement.nodes:
                 if node not in self._pipes:
                     self._connect(node)
-            if not view.renewals:
-                self._advancing()
-            if not view.renewing and view.record.returning_or_down():
+            if view.record.returning_or_down():  # a step back may be due (probes back off)
                 self.advance()
         return placement
-
-    def _advancing(self) -> None:
-        """Makes this client the one that brings servers back after each background renewal
-        of the record (one per process; another takes over when it closes)."""
-        renewals = self._trust.ring.renewals
-        if not renewals:
-            renewals.append(self.advance)
 
     def _connect(self, node: str) -> None:
         host, port = node.rsplit(":", 1)
@@ -248,15 +242,21 @@ class MemcacheCluster:
         return self._trust
 
     def available(self, keys: Sequence[bytes]) -> list[bool]:
-        """Per key, whether its server may be used now (up, under a lease; the guards are read
-        for servers whose lease ran out) and it is not moving between servers. A read path
-        answers the others from the edge store and writes nothing for them."""
+        """Per key, whether its server may be read now (up in the record under a live lease,
+        answering) and it is not moving between servers; only the servers that own ``keys``
+        are looked at. A read path answers the others from the edge store and writes nothing
+        for them."""
         placement = self._placement()
         record = self._trust.ring.leased()
         if placement is None or record is None:
             return [False] * len(keys)
-        usable = [self._use(node, record).readable for node in placement.nodes]
-        return [owner != MOVED and usable[owner] for owner in placement.owners(keys)]
+        owners = placement.owners(keys)
+        usable = {
+            owner: self._use(placement.nodes[owner], record).readable
+            for owner in set(owners)
+            if owner != MOVED
+        }
+        return [owner != MOVED and usable[owner] for owner in owners]
 
     def server_for(self, key: bytes) -> str:
         """The server ``key`` is on (``ValueError`` while it moves)."""
@@ -292,6 +292,8 @@ class MemcacheCluster:
             use = self._use(node, self._trust.ring.leased())
             if use.suffix is None and use.skip_is_missed:
                 self._revoke(node, use.epoch)
+            else:  # down in the record (free), or absent under an epoch not up yet
+                self._hold(node, use.epoch)
 
     def _pipelined(self, jobs: Sequence[_Job]) -> list[tuple[int, ServerPipe, list[bytes], Any]]:
         """Every job's commands, split by server, PIPELINE commands per write and WINDOW writes
@@ -341,10 +343,14 @@ class MemcacheCluster:
         suffixes: dict[str, bytes] = {}
         uses: dict[str, ServerUse] = {}
         lost: dict[str, ServerEpoch] = {}  # servers that missed a write: the epoch it went under
+        held: dict[str, ServerEpoch] = {}  # servers not up in the record that a write went to
+        replacing: set[str] = set()  # servers a SET goes to as REPLACE (not up in the record)
         for node, queue in queues.items():
             if not queue:
                 continue
             use = uses[node] = self._use(node, record)
+            if use.epoch.state is not EpochState.UP and any(jobs[i].absent for i, _, _ in queue):
+                held[node] = use.epoch  # sent or skipped, until older leases ran out
             if use.suffix is None:
                 self._unanswered(node, queue, use, jobs, done, lost)
                 continue
@@ -352,8 +358,9 @@ class MemcacheCluster:
             if not use.creates and any(jobs[index].creates for index, _, _ in queue):
                 # No item is created under an epoch before every process may read it: an ADD
                 # is answered as a server that keeps nothing would, and is no missed write.
-                adds = deque(entry for entry in queue if jobs[entry[0]].creates)
-                kept = [entry for entry in queue if not jobs[entry[0]].creates]
+                adds = deque(e for e in queue if jobs[e[0]].creates and not jobs[e[0]].replacing)
+                kept = [e for e in queue if not (jobs[e[0]].creates and not jobs[e[0]].replacing)]
+                replacing.add(node)
                 queue.clear()
                 queue.extend(kept)
                 self._unanswered(node, adds, use._replace(skip_is_missed=False), jobs, done, lost)
@@ -381,7 +388,9 @@ class MemcacheCluster:
                             continue
                         sent = [k + suffix for k in named] if suffix else named
                         pipe = self._pipes[node]
-                        pipe.send(jobs[index].build(sent, *jobs[index].on(cols, pipe.connect())))
+                        job = jobs[index]
+                        build = job.replacing if node in replacing and job.replacing else job.build
+                        pipe.send(build(sent, *job.on(cols, pipe.connect())))
                 except CacheUnavailable:
                     failed(node)
             for node, in_flight in flying.items():
@@ -398,6 +407,8 @@ class MemcacheCluster:
                         replies = pipe.receive_values(len(mine))
                     else:
                         replies = pipe.receive(len(mine))
+                        if node in replacing and job.replacing:  # a server keeping nothing
+                            replies = replies.replace(b"NOT_STORED\r\n", _STORED_LINE)
                     done.append((index, pipe, mine, replies))
                 except CacheUnavailable:
                     failed(node)
@@ -411,6 +422,8 @@ class MemcacheCluster:
             self._unanswered(node, again, uses[node], jobs, done, lost)
         for node, epoch in sorted(lost.items()):
             self._revoke(node, epoch)
+        for node, epoch in sorted(held.items()):
+            self._hold(node, epoch)
         if placement is not None and self._trust.ring.current() is not placement:
             self._unplaced(jobs, done, placement)
         if unwritten:
@@ -524,12 +537,20 @@ class MemcacheCluster:
         ``epoch``: every lease taken before has run out, and no process reads the items that
         missed the write. ``CacheUnavailable`` when the record cannot be read or written: then
         nothing records that its items are stale, and the caller must not go on."""
+        if epoch.state is EpochState.DOWN:  # no write is sent under one: no lease was held
+            raise CacheUnavailable(f"memcached {node}: missed writes, and no lease on the record")
         revoked = ServerEpoch(self._trust.new_epoch(), EpochState.DOWN)
         record = self._trust.ring.update(_revoked(node, epoch.value, revoked))
         if record is None:
             raise CacheUnavailable(f"memcached {node}: missed writes, and no record of it")
+        self._hold(node, record.epoch(node))
+
+    def _hold(self, node: str, epoch: ServerEpoch) -> None:
+        """Returns once every lease on an epoch of ``node`` older than ``epoch`` has run out
+        (``ServerTrust.held_until``): a write made, skipped or missed there is then read by no
+        process through an older epoch's items."""
         trust = self._trust
-        self.wait(trust.revoked_wait(node, record.epoch(node)) - trust.clock())
+        self.wait(trust.held_until(node, epoch) - trust.clock())
 
     def advance(self) -> None:
         """Brings servers back, one step of the record each: a server ``DOWN`` that answers a
@@ -602,9 +623,18 @@ class MemcacheCluster:
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
             return store_pipeline(command, keys, data, expire)
 
+        def replace(keys: list[bytes], data: list[bytes]) -> bytes:
+            return store_pipeline(b"replace", keys, data, expire)
+
         absent = b"NOT_STORED\r\n" if command == b"append" else _STORED_LINE
-        creates = command == b"add"
-        job = _Job(build, list(values), (list(values.values()),), absent=absent, creates=creates)
+        job = _Job(
+            build,
+            list(values),
+            (list(values.values()),),
+            absent=absent,
+            creates=command in (b"add", b"set"),
+            replacing=replace if command == b"set" else None,
+        )
         return self._outcomes(job)
 
     def add_many(self, values: Mapping[bytes, bytes], expire: int = 0) -> dict[bytes, Outcome]:
@@ -739,9 +769,6 @@ class MemcacheCluster:
             raise CacheUnavailable(f"memcached {waiting[0]}: not usable")
 
     def close(self) -> None:
-        renewals = self._trust.ring.renewals
-        if self.advance in renewals:
-            renewals.remove(self.advance)
         for client in self._clients.values():
             client.close()
         for pipe in self._pipes.values():

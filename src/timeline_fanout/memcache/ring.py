@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import enum
 import json
-import logging
 import re
 import threading
 import time
@@ -67,7 +66,6 @@ __all__ = [
     "family",
 ]
 
-_log = logging.getLogger(__name__)
 MOVED = -1  # the owner of a key that is moving between servers: no server may be used
 NAME_MARK = b"~"  # outside the id alphabet, the namespace's and ``|``: names stay injective
 # Placements a ring remembers: 1M keys of 19-digit ids cost ~110 MB (the keys kept alive and
@@ -380,7 +378,6 @@ class RingView:
         self._lock = threading.RLock()
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
-        self.renewals: list[Callable[[], None]] = []  # called after each background renewal
 
     @property
     def record(self) -> RingRecord:
@@ -413,6 +410,12 @@ class RingView:
         that brought it ended: never earlier than the swap that wrote it)."""
         return self._seen.get((server, epoch), self.clock())
 
+    def value_first_seen(self, server: str, value: str) -> float:
+        """When this process first held a record giving ``server`` the epoch ``value``, in any
+        state (never earlier than the revocation that chose it)."""
+        found = [at for (name, e), at in self._seen.items() if name == server and e.value == value]
+        return min(found, default=self.clock())
+
     def renewed(self) -> Placement | None:
         """The placement, read again from the source if the lease ran out; None when the
         source cannot be read (no key may be used: this process cannot know which moved)."""
@@ -442,11 +445,6 @@ class RingView:
             self._placement = Placement(record)
         self._record = record
         self._taken = max(self._taken, taken) if self.source is not None else self._taken
-
-    @property
-    def renewing(self) -> bool:
-        """Whether a background thread renews the lease (``keep_renewed``)."""
-        return self._renewer is not None
 
     def update(self, change: RecordChange) -> RingRecord | None:
         """The stored record after ``change``: applied to the stored record and swapped in by
@@ -496,11 +494,6 @@ def _renew_loop(ref: weakref.ref[RingView], stop: threading.Event) -> None:
                 read = view._read()
             else:
                 read = view._placement
-        for renewal in list(view.renewals):
-            try:
-                renewal()
-            except Exception:
-                _log.warning("bringing memcached servers back failed", exc_info=True)
         # Half a lease after the last read, or soon again if the shared place failed.
         due = view._taken + view.lease_s / 2 - view.clock()
         pause = view.lease_s / 10 if read is None else max(view.lease_s / 20, due)

@@ -134,7 +134,8 @@ class ServerTrust:
 
     def use(self, server: str, record: RingRecord | None) -> ServerUse:
         """How ``server`` may be used under ``record`` (None: no lease on the record, so
-        nothing is sent, and a skipped write cannot be judged free)."""
+        nothing is sent, and a skipped write cannot be judged: its epoch is given as ``down``,
+        under which no write is ever sent, and revoking it fails)."""
         epoch = record.epoch(server) if record is not None else ServerEpoch("", EpochState.DOWN)
         if record is None:
             return ServerUse(None, False, False, epoch, True)
@@ -150,8 +151,12 @@ class ServerTrust:
         use = self.use(server, self.ring.leased())
         return use.suffix if use.readable else None
 
-    def revoked_wait(self, server: str, epoch: ServerEpoch) -> float:
-        """Until when a writer whose write ``server`` missed holds its batch, once the record
-        gives ``server`` ``epoch`` (no longer the one the write went under): a lease period
-        after this process first saw it, since a lease taken before it lasts at most that."""
-        return self.ring.first_seen(server, epoch) + self.ring.stale_s
+    def held_until(self, server: str, epoch: ServerEpoch) -> float:
+        """Until when a writer that wrote to ``server`` (or skipped it, or saw it miss a write)
+        while the record gives it ``epoch`` holds its batch: a lease period after this process
+        first saw that epoch's value, since a lease on the epoch before it, which other
+        processes may still read, lasts at most that. An ``UP`` epoch has stood that long
+        already (it went up a lease after it was first seen returning)."""
+        if epoch.state is EpochState.UP:
+            return float("-inf")
+        return self.ring.value_first_seen(server, epoch.value) + self.ring.stale_s
