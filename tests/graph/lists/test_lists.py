@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import Refused
 from tests.graph.lists.contention import STAR, contend, write
+from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.graph import (
     EdgeChange,
     ListKind,
@@ -27,6 +28,8 @@ from timeline_fanout.graph.model.keys import counter_key, shard_key
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import CacheUnavailable
 from timeline_fanout.memcache.cluster import MemcacheCluster
+from timeline_fanout.memcache.ring import EpochState
+from timeline_fanout.memcache.trust import TrustSettings
 
 
 def index_of(lists: ShardedLists, ref: ListRef) -> Index:
@@ -363,18 +366,30 @@ def test_concurrent_writers_and_compacting_readers_lose_nothing(
     assert sum(s.rollovers for s in result.stats) > 0
 
 
-def test_a_list_on_a_down_server_is_read_whole_from_the_store_and_a_lone_servers_writes_fail(
+def test_a_list_on_a_down_server_is_read_whole_from_the_store_and_writes_go_on_until_no_record(
     sqlite_store: SqliteEdgeStore, unique: str, refused: Refused
 ) -> None:
-    """Never a shorter list: a read goes around the server to the store; a write that nothing
-    can record as missed (a lone server has no guard) is an error, so its batch is retried."""
-    down = MemcacheCluster([refused.pair], timeout=0.5)
+    """Never a shorter list: a read goes around the server to the store. A write it misses
+    is recorded in the register (a lone server too), so the batch may commit; once the
+    register cannot be read, nothing can be recorded, and the write is an error (the batch is
+    retried)."""
+    register = HeldRing(None)
+    name = f"{refused.pair[0]}:{refused.pair[1]}"
+    trust = process_trust([name], register, TrustSettings(timeout_s=0.5), 0.2)
+    down = MemcacheCluster([refused.pair], trust=trust)
     lists = TokenLists(ShardedLayout, down, sqlite_store, ListSettings(namespace=unique))
     sqlite_store.apply([EdgeChange("a", "star", True, 1)])
     assert lists.read(STAR) == {"a"}
     assert lists.stats.degraded_reads == 1
+    lists.apply({STAR: [(True, "a", 1)]})
+    assert register.record is not None
+    assert register.record.epoch(name).state is EpochState.DOWN
+    assert lists.read(STAR) == {"a"}
+    register.broken = True
+    down.wait(0.3)  # the lease on the record runs out, and cannot be renewed
     with pytest.raises(CacheUnavailable):
-        lists.apply({STAR: [(True, "a", 1)]})
+        lists.apply({STAR: [(True, "b", 2)]})
+    assert lists.read(STAR) == {"a"}
 
 
 @pytest.mark.parametrize(
