@@ -139,10 +139,10 @@ class _Job:
     absent: bytes | None = None
     quiet: bool = False  # meta sets answered only when refused, then MN (wire.py)
     cas_column: int | None = None  # the column of CAS tokens (``Item.cas``), if any
-    # ADD and SET may create an item, which only a server ``UP`` in the record may hold
-    # (memcache/trust.py): elsewhere an ADD is answered as stored and not sent, and a SET is
-    # sent as ``replacing`` (REPLACE: an item that exists is overwritten, none is created).
-    creates: bool = False
+    # An ADD fills an absent item, which only a server up in the record for a lease takes
+    # (``ServerUse.creates``): elsewhere it is answered as stored and not sent. A SET goes as
+    # ``replacing`` (REPLACE: overwrites, creates nothing) to a returning server.
+    fills: bool = False
     replacing: Callable[..., bytes] | None = None
 
     def on(self, columns: Sequence[Sequence[Any]], connection: int) -> list[Sequence[Any]]:
@@ -289,7 +289,10 @@ class MemcacheCluster:
             if epoch is not None and seq > since:
                 self._revoke(node, epoch)
                 continue
-            use = self._use(node, self._trust.ring.leased())
+            record = self._trust.ring.leased()
+            if record is None:  # the lease ran out just now: made again under the next one
+                raise KeysMoving("memcached ring: no lease on the record to judge a skipped write")
+            use = self._use(node, record)
             if use.suffix is None and use.skip_is_missed:
                 self._revoke(node, use.epoch)
             else:  # down in the record (free), or absent under an epoch not up yet
@@ -313,6 +316,10 @@ class MemcacheCluster:
         not sent, and raises ``KeysMoving`` once the rest is done: the writer's batch
         must wait for this process's next ring state, and is made again then."""
         placement = self._placement()
+        # The epochs under the same lease as the placement; none (the lease ran out just now):
+        # no key is used, as when the record cannot be read.
+        record = self._trust.ring.leased() if placement is not None else None
+        placement = placement if record is not None else None
         nodes = placement.nodes if placement is not None else []
         queues: dict[str, deque[tuple[int, list[bytes], list[list[Any]]]]] = {
             node: deque() for node in nodes
@@ -339,7 +346,6 @@ class MemcacheCluster:
                     (index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(keys), PIPELINE)
                 )
-        record = self._trust.ring.leased() if placement is not None else None
         suffixes: dict[str, bytes] = {}
         uses: dict[str, ServerUse] = {}
         lost: dict[str, ServerEpoch] = {}  # servers that missed a write: the epoch it went under
@@ -355,12 +361,13 @@ class MemcacheCluster:
                 self._unanswered(node, queue, use, jobs, done, lost)
                 continue
             suffixes[node] = use.suffix
-            if not use.creates and any(jobs[index].creates for index, _, _ in queue):
-                # No item is created under an epoch before every process may read it: an ADD
-                # is answered as a server that keeps nothing would, and is no missed write.
-                adds = deque(e for e in queue if jobs[e[0]].creates and not jobs[e[0]].replacing)
-                kept = [e for e in queue if not (jobs[e[0]].creates and not jobs[e[0]].replacing)]
+            if use.replaces:
                 replacing.add(node)
+            if not use.creates and any(jobs[index].fills for index, _, _ in queue):
+                # No item is filled under an epoch before every process may create there: an
+                # ADD is answered as a server that keeps nothing would, and is no missed write.
+                adds = deque(entry for entry in queue if jobs[entry[0]].fills)
+                kept = [entry for entry in queue if not jobs[entry[0]].fills]
                 queue.clear()
                 queue.extend(kept)
                 self._unanswered(node, adds, use._replace(skip_is_missed=False), jobs, done, lost)
@@ -632,7 +639,7 @@ class MemcacheCluster:
             list(values),
             (list(values.values()),),
             absent=absent,
-            creates=command in (b"add", b"set"),
+            fills=command == b"add",
             replacing=replace if command == b"set" else None,
         )
         return self._outcomes(job)
@@ -752,14 +759,15 @@ class MemcacheCluster:
             self._call(server, "flush_all", 0, False)
 
     def unusable(self) -> list[str]:
-        """The servers of this process's ring state that the read paths cannot use now."""
+        """The servers of this process's ring state that cannot be read and filled now."""
         record = self._trust.ring.leased() if self._placement() is not None else None
-        return [s for s in self._trust.servers if not self._use(s, record).readable]
+        uses = [(s, self._use(s, record)) for s in self._trust.servers]
+        return [server for server, use in uses if not (use.readable and use.creates)]
 
     def settle(self) -> None:
-        """Returns once every server is usable (up in the record, answering), bringing servers
-        back meanwhile (a lease period for one that was down); ``CacheUnavailable`` if one is
-        still not after a few lease periods."""
+        """Returns once every server is usable (up in the record for a lease, answering),
+        bringing servers back meanwhile (two lease periods for one that was down);
+        ``CacheUnavailable`` if one is still not after a few lease periods."""
         view = self._trust.ring
         deadline = view.clock() + 3 * view.stale_s + 4 * self._trust.settings.timeout_s + 1.0
         while (waiting := self.unusable()) and view.clock() < deadline:

@@ -66,6 +66,9 @@ __all__ = [
     "family",
 ]
 
+# Swaps of one change refused before ``RingView.update`` gives up: each refusal is another
+# process's swap in between (a few per failure), so this many means it cannot match the record.
+UPDATE_ATTEMPTS = 50
 MOVED = -1  # the owner of a key that is moving between servers: no server may be used
 NAME_MARK = b"~"  # outside the id alphabet, the namespace's and ``|``: names stay injective
 # Placements a ring remembers: 1M keys of 19-digit ids cost ~110 MB (the keys kept alive and
@@ -413,7 +416,8 @@ class RingView:
     def value_first_seen(self, server: str, value: str) -> float:
         """When this process first held a record giving ``server`` the epoch ``value``, in any
         state (never earlier than the revocation that chose it)."""
-        found = [at for (name, e), at in self._seen.items() if name == server and e.value == value]
+        seen = list(self._seen.items())  # one C-level copy: another thread may add meanwhile
+        found = [at for (name, e), at in seen if name == server and e.value == value]
         return min(found, default=self.clock())
 
     def renewed(self) -> Placement | None:
@@ -450,9 +454,10 @@ class RingView:
         """The stored record after ``change``: applied to the stored record and swapped in by
         compare-and-set, again on the newest record as long as the swap is refused (another
         process swapped meanwhile); ``change`` answering None leaves the record as it is. None
-        when the shared place cannot be read or written."""
+        when the shared place cannot be read or written, or refuses every swap (a stored
+        record this process cannot match: not one it wrote)."""
         with self._lock:
-            while True:
+            for _ in range(UPDATE_ATTEMPTS):
                 taken = self.clock()
                 try:
                     stored = self.source.read_ring() if self.source is not None else self._record
@@ -466,6 +471,7 @@ class RingView:
                         return after
                 except Exception:  # the shared place failed: nothing is known to be recorded
                     return None
+            return None
 
     def keep_renewed(self) -> None:
         """Renews the lease from a background thread whenever half of it has passed, so that

@@ -53,13 +53,16 @@ class ServerUse(NamedTuple):
     """How an exchange may use one server now.
 
     ``suffix``: appended to every key sent (None: nothing is sent). ``creates``: an ADD may be
-    sent (only ``UP``: no item is created under an epoch before every process may read it).
+    sent (only once ``UP`` has stood a lease: a fill then never races a returning process's
+    SET, which goes as REPLACE). ``replaces``: a SET goes as REPLACE (``RETURNING``: no item is
+    created under an epoch before every process may read it).
     ``readable``: the read paths may use it (``available``). ``epoch``: the record's epoch the
     use was decided under. ``skip_is_missed``: a write not sent to it is missed, and its epoch
     must be revoked (False only where the record already says ``DOWN``)."""
 
     suffix: bytes | None
     creates: bool
+    replaces: bool
     readable: bool
     epoch: ServerEpoch
     skip_is_missed: bool
@@ -138,13 +141,23 @@ class ServerTrust:
         under which no write is ever sent, and revoking it fails)."""
         epoch = record.epoch(server) if record is not None else ServerEpoch("", EpochState.DOWN)
         if record is None:
-            return ServerUse(None, False, False, epoch, True)
+            return ServerUse(None, False, False, False, epoch, True)
         if epoch.state is EpochState.DOWN:
-            return ServerUse(None, False, False, epoch, False)
+            return ServerUse(None, False, False, False, epoch, False)
         if self.is_down(server):  # due for a probe: the next request is one
-            return ServerUse(None, False, False, epoch, True)
+            return ServerUse(None, False, False, False, epoch, True)
         up = epoch.state is EpochState.UP
-        return ServerUse(epoch.suffix, up, up, epoch, True)
+        creates = up and self._settled(server, epoch)
+        return ServerUse(epoch.suffix, creates, not up, up, epoch, True)
+
+    def _settled(self, server: str, epoch: ServerEpoch) -> bool:
+        """Whether ``epoch`` has been up for a lease (or was never revoked): only then has
+        every lease on it returning run out, and an item created here cannot race a write that
+        a returning process sent as REPLACE (which creates nothing)."""
+        return (
+            not epoch.value
+            or self.ring.first_seen(server, epoch) + self.ring.stale_s <= self.clock()
+        )
 
     def suffix(self, server: str) -> bytes | None:
         """``server``'s key suffix for a read under the live lease (None: not readable now)."""
