@@ -28,6 +28,9 @@ import pytest
 
 _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
+# testcontainers without its Ryuk reaper: the reaper's image comes from a registry, and every
+# container the tests start is removed by the `with` block that started it.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from timeline_fanout.cli.settings import Settings, environment  # noqa: E402
 from timeline_fanout.graph import ListSettings, ShardedLists  # noqa: E402
