@@ -356,7 +356,7 @@ def stack_up(
         state = StackState(services[-1].address, memcached, services, wanted)
         if edge_store == "mongodb":
             _add_ferretdb(state, logs, deadline)
-    except StackError:
+    except BaseException:  # a failed start, an interrupt: nothing started stays unrecorded
         for svc in services:
             _kill(svc.pid)
         raise
