@@ -291,6 +291,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         with socket.socket() as probe:
             busy = probe.connect_ex(("127.0.0.1", port)) == 0
         assert not busy, f"port {port} of the local compose profile is taken"
+    tools = subprocess.run(
+        ["bash", ".ci/build-images", "--tools-only"],  # podman and podman-compose, when missing
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert tools.returncode == 0, tools.stderr[-3000:]
     down_everything()
     for image in IMAGES:
         podman("rmi", "--force", image, check=False)
