@@ -71,6 +71,23 @@ def test_services_and_images() -> None:
     assert services["topics"]["restart"] == "no"
 
 
+def test_debians_docker_compose_reads_the_compose_file() -> None:
+    """docker-compose 1.29 (Debian's; .ci/docker-engine installs it beside docker.io) validates
+    the file as Compose v2 reads it."""
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (.ci/docker-engine start installs it)")
+    checked = subprocess.run(
+        [binary, "-f", "docker-compose.yml", "config", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+
+
 def test_consumers_are_scalable_healthy_and_wait_for_their_dependencies() -> None:
     doc = compose()
     text = (ROOT / "docker-compose.yml").read_text()
@@ -181,7 +198,7 @@ live = pytest.mark.skipif(
     "set FANOUT_CONTAINERS=1 and run with -n 0",
 )
 PROJECT = "timeline-fanout"
-COMPOSE_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.local.yml"]
+COMPOSE_FILES = ["-p", PROJECT, "-f", "docker-compose.yml", "-f", "docker-compose.local.yml"]
 IMAGES = [
     "localhost/fanout-base-python:bookworm",
     "localhost/fanout-base-stack:bookworm",
