@@ -1,27 +1,26 @@
 # The consumers, the HTTP API and the CLI in one image: `docker run timeline-fanout consume graph`.
-# Builds with Docker (BuildKit) and with podman/buildah. BASE_IMAGE is any Debian-like image with
-# python3 (>= 3.11) and its venv module; `.ci/build-images` passes one made from Debian's
-# packages (no registry needed), and wheels built on the host as the `wheels` build context
-# (`--build-context wheels=DIR`), so that nothing is downloaded inside the build.
+# Builds with Docker (BuildKit or the classic builder) and with podman/buildah. BASE_IMAGE is any
+# Debian-like image with python3 (>= 3.11) and its venv module; `.ci/build-images` passes one
+# made from Debian's packages (no registry needed) and puts wheels built on the host in
+# ./wheelhouse, so that nothing is downloaded inside the build.
 ARG BASE_IMAGE=python:3.12-slim
 
-# 1. Every wheel the product needs: its own and its dependencies', from the package index.
-FROM ${BASE_IMAGE} AS wheel-build
+# 1. Every wheel the product needs: those of ./wheelhouse when it holds any, else its own and its
+#    dependencies' from the package index. (pyproject.toml is named beside the wildcard only so
+#    that the COPY has a source when ./wheelhouse does not exist.)
+FROM ${BASE_IMAGE} AS wheels
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN python3 -m venv /tmp/pip \
-    && /tmp/pip/bin/pip wheel --quiet --wheel-dir /wheels .
-
-# The wheels alone, at the root: what `--build-context wheels=DIR` replaces.
-FROM scratch AS wheels
-COPY --from=wheel-build /wheels /
+COPY pyproject.toml wheelhous[e] /prebuilt/
+RUN if ls /prebuilt/*.whl >/dev/null 2>&1; then mkdir /wheels && mv /prebuilt/*.whl /wheels/; \
+    else python3 -m venv /tmp/pip && /tmp/pip/bin/pip wheel --quiet --wheel-dir /wheels .; fi
 
 # 2. A virtual environment with the product installed from those wheels only.
 FROM ${BASE_IMAGE} AS venv
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY --from=wheels / /wheels/
+COPY --from=wheels /wheels /wheels/
 RUN python3 -m venv /opt/fanout \
     && /opt/fanout/bin/pip install --quiet --no-index --find-links /wheels timeline-fanout \
     && /opt/fanout/bin/pip uninstall --quiet --yes pip setuptools

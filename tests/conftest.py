@@ -28,7 +28,11 @@ import pytest
 
 _HOME = tempfile.mkdtemp(prefix="fanout-test-")
 os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
+# testcontainers without its Ryuk reaper: the reaper's image comes from a registry, and every
+# container the tests start is removed by the `with` block that started it.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
+from tests import leftover_servers  # noqa: E402
 from timeline_fanout.cli.settings import Settings, environment  # noqa: E402
 from timeline_fanout.graph import ListSettings, ShardedLists  # noqa: E402
 from timeline_fanout.graph.lists.sharded import ShardedLayout  # noqa: E402
@@ -58,6 +62,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "apache_kafka: checks behaviour of Apache Kafka that Tansu lacks (skipped there)"
     )
     config.addinivalue_line("markers", "tansu_smoke: also run against Tansu in CI")
+    if not hasattr(config, "workerinput"):  # the run's controller: before any worker starts
+        leftover_servers.mark_run()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A run that leaves a server of its own running fails, naming the test that started it."""
+    if hasattr(session.config, "workerinput"):
+        return
+    left = leftover_servers.survivors_after(os.environ[leftover_servers.RUN_MARK], grace_s=10)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = "\n".join(f"  {s}" for s in left)
+    if reporter is not None:
+        reporter.write_line(f"\nservers of this run still running after it:\n{lines}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,7 +3,8 @@
 - FerretDB (tools/ferretdb): one server per test session (per xdist worker, like the local
   stack), started by the stack's own code; each test gets a database of its own.
 - A real MongoDB: ``FANOUT_TEST_MONGO_URL``, or one ``mongo:7`` container per session where a
-  Docker engine answers.
+  Docker engine answers and holds that image (no registry serves it here, and Debian packages
+  no MongoDB server to build one from).
 
 Tests choose their edge store with the ``edge_stores`` marker: ``@pytest.mark.edge_stores("sqlite",
 "ferretdb-collection")`` runs the test once per store through the ``settings`` fixture (unmarked
@@ -32,6 +33,7 @@ from timeline_fanout_devstack.home import fanout_home
 
 StoreKind = Literal["sqlite", "ferretdb-collection", "ferretdb-index"]
 MONGO_URL = os.environ.get("FANOUT_TEST_MONGO_URL")
+MONGO_IMAGE = "mongo:7"
 
 
 @functools.cache
@@ -59,10 +61,26 @@ def docker_skip_reason() -> str | None:
     return None
 
 
+@functools.cache
+def docker_image_missing(image: str) -> str | None:
+    """None when the Docker engine (which answers) holds ``image``; the tests never pull."""
+    import docker
+
+    client = docker.from_env(timeout=5)
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return f"the Docker engine holds no {image} image"
+    finally:
+        client.close()
+    return None
+
+
 def real_mongo_skip_reason() -> str | None:
     if MONGO_URL:
         return None
-    if reason := docker_skip_reason():
+    reason = docker_skip_reason() or docker_image_missing(MONGO_IMAGE)
+    if reason:
         return f"real MongoDB: FANOUT_TEST_MONGO_URL is not set and {reason}"
     return None
 
@@ -129,7 +147,7 @@ def real_mongodb() -> Iterator[MongoServer]:
         return
     from testcontainers.mongodb import MongoDbContainer
 
-    with MongoDbContainer("mongo:7") as container:
+    with MongoDbContainer(MONGO_IMAGE) as container:
         # Its user lives in `admin`; each test's database is another.
         url = container.get_connection_url().rstrip("/") + "/?authSource=admin"
         yield MongoServer(url, mongo_server.identify(url))

@@ -65,7 +65,7 @@ def test_a_missing_ensurepip_is_installed_with_apt(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert os.access(tmp_path / "checkout" / ".venv" / "bin" / "python", os.X_OK)
     calls = (stubs / "calls").read_text().splitlines()
-    assert "apt-get install -y -qq python3-venv" in calls
+    assert "apt-get -o DPkg::Lock::Timeout=900 install -y -qq python3-venv" in calls
     assert "sudo apt-get" in calls  # not root: through sudo, as memcached is installed
 
 

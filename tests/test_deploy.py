@@ -3,32 +3,34 @@
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pymongo
 import pytest
 import yaml
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, start_http_server
 
-from tests.kafka_helpers import high_watermarks
+from tests.pipeline_checks import (
+    await_graph_applied,
+    committed_lag,
+    publish_graph,
+    publish_posts,
+    timelines_match,
+    until,
+)
 from timeline_fanout import healthcheck
 from timeline_fanout.api.settings import ApiSettings
-from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache import MemcacheCluster
-from timeline_fanout.producers import EventPublisher
-from timeline_fanout.schemas import Topics
 from timeline_fanout_devstack.kafka_jars import kafka_version
 
 T = TypeVar("T")
@@ -67,6 +69,23 @@ def test_services_and_images() -> None:
         assert "healthcheck" in services[name]
     assert services["topics"]["command"] == ["topics", "create"]
     assert services["topics"]["restart"] == "no"
+
+
+def test_debians_docker_compose_reads_the_compose_file() -> None:
+    """docker-compose 1.29 (Debian's; .ci/docker-engine installs it beside docker.io) validates
+    the file as Compose v2 reads it."""
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (.ci/docker-engine start installs it)")
+    checked = subprocess.run(
+        [binary, "-f", "docker-compose.yml", "config", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
 
 
 def test_consumers_are_scalable_healthy_and_wait_for_their_dependencies() -> None:
@@ -138,19 +157,21 @@ def test_dockerfile_runs_fanout_as_a_non_root_user_with_a_healthcheck() -> None:
 
 
 def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> None:
-    """No Docker engine here: build the wheel from exactly the files the COPY lines take (a
+    """Without an engine: build the wheel from exactly the files the COPY lines take (a
     package named in pyproject but not copied makes ``pip install .`` fail in the image)."""
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     for line in lines:
         if line.startswith("COPY ") and "--from=" not in line:
             *sources, dest = line.split()[1:]
-            for source in sources:
-                target = tmp_path / dest / source if dest.endswith("/") else tmp_path / dest
-                if (ROOT / source).is_dir():
-                    shutil.copytree(ROOT / source, target, ignore=shutil.ignore_patterns("results"))
-                else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(ROOT / source, target)
+            for pattern in sources:  # a wildcard may match nothing (./wheelhouse)
+                for found in ROOT.glob(pattern):
+                    source = found.name
+                    target = tmp_path / dest / source if dest.endswith("/") else tmp_path / dest
+                    if found.is_dir():
+                        shutil.copytree(found, target, ignore=shutil.ignore_patterns("results"))
+                    else:
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(found, target)
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "."],
         cwd=tmp_path,
@@ -177,7 +198,7 @@ live = pytest.mark.skipif(
     "set FANOUT_CONTAINERS=1 and run with -n 0",
 )
 PROJECT = "timeline-fanout"
-COMPOSE_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.local.yml"]
+COMPOSE_FILES = ["-p", PROJECT, "-f", "docker-compose.yml", "-f", "docker-compose.local.yml"]
 IMAGES = [
     "localhost/fanout-base-python:bookworm",
     "localhost/fanout-base-stack:bookworm",
@@ -228,18 +249,6 @@ def container(service: str, index: int = 1) -> str:
 
 def inspect(name: str, field: str) -> str:
     return podman("inspect", "--format", "{{" + field + "}}", name).stdout.strip()
-
-
-def until(condition: Callable[[], T | None], seconds: float, what: str) -> T:
-    """Poll ``condition`` until it returns a value other than None (or False)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = condition()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:.0f} s: {what}")
-        time.sleep(0.5)
 
 
 def healthy(name: str) -> bool:
@@ -299,6 +308,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         with socket.socket() as probe:
             busy = probe.connect_ex(("127.0.0.1", port)) == 0
         assert not busy, f"port {port} of the local compose profile is taken"
+    tools = subprocess.run(
+        ["bash", ".ci/build-images", "--tools-only"],  # podman and podman-compose, when missing
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert tools.returncode == 0, tools.stderr[-3000:]
     down_everything()
     for image in IMAGES:
         podman("rmi", "--force", image, check=False)
@@ -321,61 +339,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         == ""
     )
     print("\ncontainer figures: " + ", ".join(f"{k} {v:.1f}" for k, v in FIGURES.items()))
-
-
-def publish_graph(settings: Settings, prefix: str, users: int, authors: int) -> dict[str, set[str]]:
-    """Every user follows a seeded random subset of the authors; returns who follows whom."""
-    rng = random.Random(prefix)
-    follows = {
-        f"{prefix}u{i}": {f"{prefix}a{j}" for j in range(authors) if rng.random() < 0.5}
-        for i in range(users)
-    }
-    with EventPublisher(settings.kafka, Topics("fanout")) as publisher:
-        for user, followees in follows.items():
-            for author in sorted(followees):
-                publisher.publish({"type": "follow", "follower": user, "followee": author})
-    return follows
-
-
-def publish_posts(settings: Settings, authors: list[str], count: int, tag: str) -> list[str]:
-    ids = [f"{tag}-{n}" for n in range(count)]
-    with EventPublisher(settings.kafka, Topics("fanout")) as publisher:
-        for n, post_id in enumerate(ids):
-            publisher.publish(
-                {"type": "post", "author": authors[n % len(authors)], "post_id": post_id}
-            )
-    return ids
-
-
-def committed_lag(group: str, topic: str) -> int:
-    """Messages of ``topic`` not yet committed by ``group`` (all partitions)."""
-    admin = AdminClient({"bootstrap.servers": KAFKA})
-    ends = high_watermarks(KAFKA, topic)
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in ends])]
-    answer = admin.list_consumer_group_offsets(request)[group].result()
-    committed = {tp.partition: max(tp.offset, 0) for tp in answer.topic_partitions}
-    return sum(end - committed.get(p, 0) for p, end in ends.items())
-
-
-def await_graph_applied(seconds: float = 120) -> None:
-    until(lambda: committed_lag("fanout.graph", "fanout.graph") == 0, seconds, "graph applied")
-
-
-def timelines_match(
-    settings: Settings, follows: dict[str, set[str]], posts: dict[str, str]
-) -> bool:
-    """Every user's timeline holds exactly the posts (id -> author) of those it follows."""
-    reader = wiring.timeline_reader(settings, wiring.edge_store(settings))
-    for user, followees in follows.items():
-        want = {p for p, author in posts.items() if author in followees}
-        got = {e.post_id for e in reader.read(user, limit=1000)}
-        if got != want:
-            return False
-    return True
-
-
-def authors_of(ids: list[str], authors: list[str]) -> dict[str, str]:
-    return {post_id: authors[n % len(authors)] for n, post_id in enumerate(ids)}
 
 
 @live
@@ -403,11 +366,10 @@ def test_the_cold_built_stack_comes_up_healthy(stack: Settings) -> None:
 @live
 def test_events_published_on_the_host_reach_every_timeline(stack: Settings) -> None:
     follows = publish_graph(stack, "reach", users=40, authors=6)
-    await_graph_applied()
+    await_graph_applied(stack)
     authors = [f"reacha{j}" for j in range(6)]
     start = time.monotonic()
-    ids = publish_posts(stack, authors, 60, "reach")
-    posts = authors_of(ids, authors)
+    posts = publish_posts(stack, authors, 60, "reach")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
     FIGURES["60 posts to 40 timelines s"] = time.monotonic() - start
 
@@ -440,9 +402,9 @@ def test_three_scaled_fanout_consumers_share_the_partitions(stack: Settings) -> 
     assert sum(len(p) for p in members.values()) == len(everything)  # disjoint
     # And they deliver: posts published now reach every timeline.
     follows = publish_graph(stack, "scale", users=30, authors=5)
-    await_graph_applied()
+    await_graph_applied(stack)
     authors = [f"scalea{j}" for j in range(5)]
-    posts = authors_of(publish_posts(stack, authors, 60, "scale"), authors)
+    posts = publish_posts(stack, authors, 60, "scale")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
 
 
@@ -450,9 +412,9 @@ def test_three_scaled_fanout_consumers_share_the_partitions(stack: Settings) -> 
 def test_a_consumer_killed_with_sigkill_is_restarted_and_nothing_is_lost(stack: Settings) -> None:
     name = container("fanout-consumer")
     follows = publish_graph(stack, "kill", users=30, authors=5)
-    await_graph_applied()
+    await_graph_applied(stack)
     authors = [f"killa{j}" for j in range(5)]
-    before = publish_posts(stack, authors, 200, "kill-before")
+    posts = publish_posts(stack, authors, 200, "kill-before")
     started = inspect(name, ".State.StartedAt")
     init_pid = int(inspect(name, ".State.Pid"))  # catatonit (init: true); the consumer under it
     children = Path(f"/proc/{init_pid}/task/{init_pid}/children").read_text().split()
@@ -470,17 +432,16 @@ def test_a_consumer_killed_with_sigkill_is_restarted_and_nothing_is_lost(stack: 
     await_healthy([name], 120)
     FIGURES["kill -9 to healthy s"] = time.monotonic() - killed_at
     assert int(inspect(name, ".RestartCount")) >= 1
-    after = publish_posts(stack, authors, 100, "kill-after")
-    posts = authors_of(before, authors) | authors_of(after, authors)
+    posts |= publish_posts(stack, authors, 100, "kill-after")
     until(lambda: timelines_match(stack, follows, posts), 180, "every timeline complete")
 
 
 @live
 def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(stack: Settings) -> None:
     follows = publish_graph(stack, "replay", users=20, authors=4)
-    await_graph_applied()
+    await_graph_applied(stack)
     authors = [f"replaya{j}" for j in range(4)]
-    posts = authors_of(publish_posts(stack, authors, 40, "replay"), authors)
+    posts = publish_posts(stack, authors, 40, "replay")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
     # Lose the edge store and the cache, then replay both topics in one-off containers.
     pymongo.MongoClient("mongodb://127.0.0.1:27018").drop_database("fanout")
@@ -508,9 +469,9 @@ def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(stack: Setti
 @live
 def test_sigterm_commits_and_exits_within_the_grace_period(stack: Settings) -> None:
     follows = publish_graph(stack, "stop", users=20, authors=4)
-    await_graph_applied()
+    await_graph_applied(stack)
     authors = [f"stopa{j}" for j in range(4)]
-    posts = authors_of(publish_posts(stack, authors, 300, "stop"), authors)
+    posts = publish_posts(stack, authors, 300, "stop")
     names = podman(
         "ps", "--filter", f"name={PROJECT}_fanout-consumer_", "--format", "{{.Names}}"
     ).stdout.split()
@@ -526,7 +487,7 @@ def test_sigterm_commits_and_exits_within_the_grace_period(stack: Settings) -> N
     # What the stopped consumers applied was committed: started again, they finish the rest and
     # every timeline is complete, each post once.
     podman("start", *names)
-    until(lambda: committed_lag("fanout.fanout", "fanout.posts") == 0, 120, "posts committed")
+    until(lambda: committed_lag(stack, "fanout", "fanout.posts") == 0, 120, "posts committed")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
 
 

@@ -256,8 +256,11 @@ def memcached_killed(name: str) -> Iterator[None]:
         port = int(old.address.rpartition(":")[2])
         logs, deadline = fanout_home() / "logs", time.monotonic() + 10
         new = start_listening(name, memcached_argv, memcached_answers, logs, deadline, port)
-        state.services = [new if s.name == name else s for s in state.services]
-        state.save(stack_file())
+        # The record as it is now, not as it was at the kill: servers restarted meanwhile by
+        # other blocks (nested ones, to take every server down at once) keep their new pids.
+        current = StackState.load(stack_file()) or state
+        current.services = [new if s.name == name else s for s in current.services]
+        current.save(stack_file())
 
 
 @contextlib.contextmanager
@@ -356,7 +359,7 @@ def stack_up(
         state = StackState(services[-1].address, memcached, services, wanted)
         if edge_store == "mongodb":
             _add_ferretdb(state, logs, deadline)
-    except StackError:
+    except BaseException:  # a failed start, an interrupt: nothing started stays unrecorded
         for svc in services:
             _kill(svc.pid)
         raise

@@ -27,4 +27,12 @@ def test_the_demo_delivers_into_cached_timelines_and_checks_every_timeline(
     appended, skipped = int(delivery[1]), int(delivery[2])
     assert appended > 0 and skipped > 0  # half the users read first: both paths walked
     assert "most followed" in out
+    # Two latencies, each named for what it measures: a lone post, and the burst's queueing.
+    flat = out.replace("\n", " ")
+    assert re.search(
+        r"idle pipeline \(publish to delivered\): p50 [\d,]+ ms, max [\d,]+ ms over 5 posts", flat
+    ), out
+    assert re.search(
+        r"the 300 posts published in one burst, .*queued.*: p50 [\d,]+ ms, p99", flat
+    ), out
     assert sorted(fanout_home().glob("*.db*")) == before  # its sandbox is gone

@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 import statistics
 import threading
+import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import Progress
@@ -20,7 +22,7 @@ from rich.table import Table
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.consumers import LoopStats
+from timeline_fanout.consumers import ConsumeLoop, LoopStats
 from timeline_fanout.consumers.fanout_apply import FanoutStats
 from timeline_fanout.graph import ListKind, ListRef
 from timeline_fanout.graph.timelines.reader import TimelineEntry
@@ -104,36 +106,117 @@ def _run(demo: Settings, users: int, events: int, posts: int, console: Console) 
         )
     store.close()
 
-    # The fan-out consumer joins its group first, so the latency below is publish-to-delivery
-    # and not the group join.
+    # The fan-out consumer joins its group first, so the latencies below are publish-to-delivery
+    # and not the group join; it runs until the burst is delivered and the idle probes are done.
+    stop = threading.Event()
     joined = threading.Event()
-    results: list[tuple[LoopStats, FanoutStats]] = []
+    loops: list[ConsumeLoop] = []
+    results: list[LoopStats] = []
 
     def fanout_consumer() -> None:
-        loop = wiring.fanout_loop(demo, threading.Event())
-        loop.source.await_assignment()
-        joined.set()
-        results.append((loop.run(until_idle=3.0), loop.applier.stats))  # type: ignore[attr-defined]
-        loop.source.close()
+        try:  # the loop is made in its own thread: its SQLite edge store is used only there
+            loops.append(wiring.fanout_loop(demo, stop))
+            loops[0].source.await_assignment()
+            joined.set()
+            results.append(loops[0].run())
+        finally:
+            joined.set()
+            if loops:
+                loops[0].source.close()
 
     consumer = threading.Thread(target=fanout_consumer, daemon=True)
     with console.status("fan-out consumer: joining its group"):
         consumer.start()
         joined.wait()
+    if not consumer.is_alive():
+        raise RuntimeError("the fan-out consumer stopped before it joined its group")
+    running = Running(consumer, loops[0].applier.stats)  # type: ignore[attr-defined]
+    delivery = running.delivery
     _publish(demo, synthetic_posts(users, posts), posts, "posts", console)
-    with console.status("fan-out consumer: delivering (exits 3 s after the last post)"):
-        consumer.join()
-    fanout_stats, delivery = results[0]
-    latencies = sorted(delivery.latencies_ms) or [0]
+    with console.status("fan-out consumer: delivering the burst"):
+        running.await_applied(posts)
+    burst = sorted(delivery.latencies_ms) or [0]
+    with console.status("fan-out consumer: posts published one at a time into the idle pipeline"):
+        idle = sorted(
+            _idle_latencies_ms(demo, running, _probe_author(graph, users, demo.chunk_size))
+        )
+    stop.set()
+    consumer.join()
+    fanout_stats = results[0]
     console.print(
         f"fan-out consumer: {delivery.posts} posts, {delivery.deliveries} deliveries appended "
         f"to cached timelines ({delivery.deliveries / max(fanout_stats.busy_s, 1e-6):,.0f}/s), "
         f"{delivery.skipped} skipped (timeline not cached: regenerated on read), "
         f"{delivery.chunks_published} chunk tasks, {delivery.celebrity_posts} celebrity posts "
-        f"merged at read time; publish-to-delivery latency p50 "
-        f"{statistics.median(latencies):,.0f} ms, p99 {latencies[int(len(latencies) * 0.99)]:,} ms"
+        f"merged at read time"
+    )
+    console.print(
+        f"latency of a post published into the idle pipeline (publish to delivered): p50 "
+        f"{statistics.median(idle):,.0f} ms, max {idle[-1]:,} ms over {len(idle)} posts"
+    )
+    console.print(
+        f"the {posts:,} posts published in one burst, publish to delivered (mostly time queued "
+        f"behind the burst): p50 {statistics.median(burst):,.0f} ms, "
+        f"p99 {burst[int(len(burst) * 0.99)]:,} ms"
     )
     return _report(demo, users, console)
+
+
+IDLE_PROBES = 5
+
+
+@dataclass(frozen=True)
+class Running:
+    """The fan-out consumer running in ``thread``, watched from the demo's thread."""
+
+    thread: threading.Thread
+    delivery: FanoutStats
+
+    def await_applied(self, posts: int) -> None:
+        """Until ``posts`` posts were applied (a big author's chunk tasks may still be queued:
+        the first probe after a burst can wait behind them, hence a median); an error if the
+        consumer stopped."""
+        while self.delivery.posts < posts:
+            self._alive()
+
+    def _alive(self) -> None:
+        if not self.thread.is_alive():
+            raise RuntimeError("the fan-out consumer stopped (its error is above)")
+        time.sleep(0.01)  # polling counters the consumer's thread moves
+
+
+def _probe_author(graph: list[Follow | Unfollow], users: int, chunk_size: int) -> str:
+    """The author of the idle probes: the user with the most followers among the active ones
+    (those of even number, whose timelines are cached) whose posts the consumer delivers
+    itself: fewer followers than a chunk (a bigger author's are delivered through chunk tasks,
+    a celebrity's merged at read time)."""
+    followers: dict[str, set[str]] = {}
+    for event in graph:
+        group = followers.setdefault(event.followee, set())
+        (group.add if isinstance(event, Follow) else group.discard)(event.follower)
+    active = {f"u{i}" for i in range(0, users, 2)}
+    ranked = sorted(followers, key=lambda u: -len(followers[u] & active))
+    return next(
+        (u for u in ranked if len(followers[u]) < chunk_size and followers[u] & active), "u0"
+    )
+
+
+def _idle_latencies_ms(demo: Settings, running: Running, author: str) -> list[int]:
+    """Posts published one at a time, each once the one before was delivered: the latency a
+    post sees when nothing queues ahead of it."""
+    found: list[int] = []
+    with wiring.publisher(demo) as publisher:
+        for n in range(IDLE_PROBES):
+            delivery = running.delivery
+            applied, measured = delivery.posts, len(delivery.latencies_ms)
+            publisher.publish(
+                Post(type="post", author=author, post_id=f"idle{n}", text=f"idle post {n}")
+            )
+            publisher.flush()
+            running.await_applied(applied + 1)
+            if len(delivery.latencies_ms) > measured:  # delivered to a cached timeline
+                found.append(delivery.latencies_ms[-1])
+    return found or [0]
 
 
 def _report(demo: Settings, users: int, console: Console) -> int:

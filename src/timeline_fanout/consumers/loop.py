@@ -125,6 +125,9 @@ class _Uncommitted:
     seconds: float = 0.0
 
 
+MIN_POLL_S = 0.01  # the shortest poll of an idle run nearing its end
+
+
 @dataclass
 class ConsumeLoop:
     source: KafkaSource
@@ -168,7 +171,7 @@ class ConsumeLoop:
         try:
             while not self.stop.is_set():
                 self._watch_assignment(until_idle is not None)
-                messages = self.source.poll_batch(self.batch_size, self.poll_timeout)
+                messages = self.source.poll_batch(self.batch_size, self._poll_wait(until_idle))
                 if self._pending is not None and self.source.lost_in_hand():
                     self._abandon()
                 if messages:
@@ -183,6 +186,13 @@ class ConsumeLoop:
         except Abandoned:
             self._abandon()
         return self.stats
+
+    def _poll_wait(self, until_idle: float | None) -> float:
+        """``poll_timeout``, or less when that would carry an idle run past ``until_idle``: the
+        run ends within a few milliseconds of the idle time instead of up to a poll later."""
+        if until_idle is None:
+            return self.poll_timeout
+        return min(self.poll_timeout, max(until_idle - self.source.idle_for(), MIN_POLL_S))
 
     def _watch_assignment(self, until_idle: bool) -> None:
         unassigned = self.source.unassigned_for()
