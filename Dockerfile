@@ -11,6 +11,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY pyproject.toml README.md ./
 COPY src ./src
+# The native core (Rust): this stage needs cargo unless the wheels come from the host.
+COPY native ./native
 RUN python3 -m venv /tmp/pip \
     && /tmp/pip/bin/pip wheel --quiet --wheel-dir /wheels .
 
