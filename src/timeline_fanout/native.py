@@ -26,6 +26,27 @@ class NativeCore(Protocol):
 
     def user_keys(self, prefix: str, users: Sequence[str], /) -> list[bytes] | None: ...
 
+    def valid_fanout_task(
+        self, author: str, post_id: str, post_ts: int, chunk: int, followers: list[str], /
+    ) -> bool: ...
+
+    def write_fanout_task(
+        self,
+        event_id: str | None,
+        ts: int | None,
+        v: int | None,
+        author: str,
+        post_id: str,
+        post_ts: int,
+        chunk: int,
+        followers: list[str],
+        /,
+    ) -> bytes | None: ...
+
+    def read_fanout_task(
+        self, payload: bytes, /
+    ) -> tuple[str, int, str, str, int, int, list[str]] | None: ...
+
 
 def _load() -> NativeCore | None:
     wanted = os.environ.get(ENV, "")

@@ -1,10 +1,12 @@
-"""Event types, validation and wire encoding. Imports nothing else of this project."""
+"""Event types, validation and wire encoding. Imports nothing else of this project but the
+native core's loader (timeline_fanout/native.py)."""
 
 from timeline_fanout.schemas.codec import (
     AnyEvent,
     EventDecodeError,
     decode_event,
     encode_event,
+    fanout_task,
     validate_event,
 )
 from timeline_fanout.schemas.events import (
@@ -35,6 +37,7 @@ __all__ = [
     "all_valid_ids",
     "decode_event",
     "encode_event",
+    "fanout_task",
     "is_valid_id",
     "partition_key",
     "validate_event",
