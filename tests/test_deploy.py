@@ -147,7 +147,8 @@ def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> N
             for source in sources:
                 target = tmp_path / dest / source if dest.endswith("/") else tmp_path / dest
                 if (ROOT / source).is_dir():
-                    shutil.copytree(ROOT / source, target, ignore=shutil.ignore_patterns("results", "target"))
+                    skipped = shutil.ignore_patterns("results", "target")  # built, not copied
+                    shutil.copytree(ROOT / source, target, ignore=skipped)
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy(ROOT / source, target)
