@@ -55,14 +55,12 @@ pub fn valid_id(id: &[u8]) -> bool {
 }
 
 pub fn decode(data: &[u8]) -> Decoded<'_> {
-    let toks: Vec<&[u8]> = data
-        .split(|&b| bytes_space(b))
-        .filter(|t| !t.is_empty())
-        .collect();
-    if only_additions(data, toks.len()) {
-        additions(data, toks.len())
+    let toks = data.split(|&b| bytes_space(b)).filter(|t| !t.is_empty());
+    let count = toks.clone().count();
+    if only_additions(data, count) {
+        additions(data, count)
     } else {
-        winners(&toks)
+        winners(&toks.collect::<Vec<_>>())
     }
 }
 
