@@ -1,9 +1,10 @@
 //! The per-member work of the hot paths, at native speed, behind the interfaces of the Python
 //! modules that keep the reference implementations (timeline_fanout/graph/lists/tokens.py,
-//! timeline_fanout/graph/model/keys.py). Each function here has one meaning, the reference's:
-//! where its input leaves the form our writers produce (a position that is not plain hex of at
-//! most 16 digits, an id that is not a `str`), it answers `None` and the caller runs the
-//! reference, so that every result and every error stays the reference's own.
+//! timeline_fanout/graph/model/keys.py, timeline_fanout/schemas/codec.py). Each function here
+//! has one meaning, the reference's: where its input leaves the form our writers produce (a
+//! position that is not plain hex of at most 16 digits, an id that is not a `str`, a task not
+//! in the publisher's form), it answers `None` and the caller runs the reference, so that every
+//! result and every error stays the reference's own.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
