@@ -22,7 +22,9 @@ from timeline_fanout.schemas.codec import (
     fanout_task,
 )
 
-pytestmark = pytest.mark.skipif(core is None, reason="the native core is not built here")
+pytestmark = pytest.mark.skipif(
+    core is None, reason="the native core is not built here, or FANOUT_NATIVE=0"
+)
 
 ids = st.text(alphabet="Az09_.:@-", min_size=1, max_size=64)
 not_ids = st.sampled_from(["", "a b", "é", "a\\b", 'a"b', "x" * 65, "\ud800"])

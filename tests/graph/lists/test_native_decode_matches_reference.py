@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from timeline_fanout.graph.lists.tokens import CorruptList, DecodedList, decode, decode_reference
 from timeline_fanout.native import core
 
-pytestmark = pytest.mark.skipif(core is None, reason="the native core is not built here")
+pytestmark = pytest.mark.skipif(
+    core is None, reason="the native core is not built here, or FANOUT_NATIVE=0"
+)
 
 Outcome = tuple[str, object, object]
 

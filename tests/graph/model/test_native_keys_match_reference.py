@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from timeline_fanout.graph.model.keys import KeySpace, ListKind
 from timeline_fanout.native import core
 
-pytestmark = pytest.mark.skipif(core is None, reason="the native core is not built here")
+pytestmark = pytest.mark.skipif(
+    core is None, reason="the native core is not built here, or FANOUT_NATIVE=0"
+)
 
 valid = st.text(alphabet="AZaz09_.:@-", min_size=1, max_size=64)
 invalid = st.one_of(
