@@ -13,6 +13,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY pyproject.toml README.md ./
 COPY src ./src
+# The native core (Rust): building the wheel here needs cargo; `.ci/build-images` builds
+# the wheels on the host instead (./wheelhouse).
+COPY native ./native
 COPY pyproject.toml wheelhous[e] /prebuilt/
 RUN if ls /prebuilt/*.whl >/dev/null 2>&1; then mkdir /wheels && mv /prebuilt/*.whl /wheels/; \
     else python3 -m venv /tmp/pip && /tmp/pip/bin/pip wheel --quiet --wheel-dir /wheels .; fi

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "capacity-model": "bench.capacity_model",
     "failover": "bench.failover",
     "ring-change": "bench.ring_change",
+    "native-core": "bench.native_core",
 }
 
 

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 PYTHON3 = """#!/bin/sh
@@ -77,3 +79,25 @@ def test_an_existing_venv_is_left_alone(tmp_path: Path) -> None:
     done, stubs = run_make_venv(tmp_path)
     assert done.returncode == 0, done.stderr
     assert not (stubs / "calls").exists()
+
+
+def test_cargo_env_finds_rustups_toolchain_under_a_fresh_home(tmp_path: Path) -> None:
+    """Under a HOME without ~/.rustup (a CI runner, a fresh user) rustup's proxy on PATH picks
+    no toolchain; ``.ci/cargo-env`` points it at the one beside the proxy, so pip can build the
+    native core."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RUSTUP_HOME", "CARGO_HOME")}
+    env["HOME"] = str(tmp_path)
+    bare = subprocess.run(["bash", "-c", "cargo --version"], env=env, capture_output=True)
+    if shutil.which("cargo", path=env["PATH"]) is None or bare.returncode == 0:
+        pytest.skip("no rustup proxy on PATH, or one that needs no help under a fresh HOME")
+    found = subprocess.run(
+        ["bash", "-c", "set -euo pipefail; source .ci/cargo-env; cargo --version"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.startswith("cargo ")

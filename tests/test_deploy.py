@@ -168,7 +168,9 @@ def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> N
                     source = found.name
                     target = tmp_path / dest / source if dest.endswith("/") else tmp_path / dest
                     if found.is_dir():
-                        shutil.copytree(found, target, ignore=shutil.ignore_patterns("results"))
+                        shutil.copytree(
+                            found, target, ignore=shutil.ignore_patterns("results", "target")
+                        )
                     else:
                         target.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy(found, target)

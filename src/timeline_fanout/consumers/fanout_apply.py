@@ -42,7 +42,7 @@ from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry
 from timeline_fanout.producers import InternalPublisher, PublishError
-from timeline_fanout.schemas import FanoutTask, Post, PostDeleted
+from timeline_fanout.schemas import FanoutTask, Post, PostDeleted, fanout_task
 
 FANOUT_EVENTS = (Post, PostDeleted, FanoutTask)
 # Steps between pulses, each a fraction of a second at the measured rates (docs/performance.md).
@@ -164,16 +164,8 @@ class FanoutApplier:
 
     def _publish_chunks(self, post: PostRecord, followers: list[str]) -> None:
         for chunk, start in enumerate(range(0, len(followers), self.chunk_size)):
-            self.tasks.publish(
-                FanoutTask(
-                    type="fanout_task",
-                    author=post.author,
-                    post_id=post.post_id,
-                    post_ts=post.ts,
-                    chunk=chunk,
-                    followers=followers[start : start + self.chunk_size],
-                )
-            )
+            part = followers[start : start + self.chunk_size]
+            self.tasks.publish(fanout_task(post.author, post.post_id, post.ts, chunk, part))
             self.stats.chunks_published += 1
 
     def _confirm_chunks(self) -> None:

@@ -1,10 +1,12 @@
-"""Event types, validation and wire encoding. Imports nothing else of this project."""
+"""Event types, validation and wire encoding, and the native core's loader (``native_core``),
+which the codec and the graph's hot paths call. Imports nothing else of this project."""
 
 from timeline_fanout.schemas.codec import (
     AnyEvent,
     EventDecodeError,
     decode_event,
     encode_event,
+    fanout_task,
     validate_event,
 )
 from timeline_fanout.schemas.events import (
@@ -35,6 +37,7 @@ __all__ = [
     "all_valid_ids",
     "decode_event",
     "encode_event",
+    "fanout_task",
     "is_valid_id",
     "partition_key",
     "validate_event",

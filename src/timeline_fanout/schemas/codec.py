@@ -19,6 +19,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from timeline_fanout.schemas.events import (
+    SCHEMA_VERSION,
     Event,
     FanoutTask,
     Follow,
@@ -28,6 +29,7 @@ from timeline_fanout.schemas.events import (
     UserRemoved,
 )
 from timeline_fanout.schemas.ids import ID_PATTERN, ID_RULE
+from timeline_fanout.schemas.native_core import core
 
 AnyEvent = Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(Event)
@@ -105,7 +107,29 @@ def _surrogate_hint(error: EventDecodeError) -> EventDecodeError:
 
 
 def decode_event(payload: bytes | str | None) -> AnyEvent:
-    """Parse one wire message; raises ``EventDecodeError`` and nothing else."""
+    """Parse one wire message; raises ``EventDecodeError`` and nothing else. A chunk task in
+    the publisher's own form is read by the native core where it runs (schemas/native_core.py);
+    every other payload, and every refusal, is ``decode_event_reference``'s."""
+    if core is not None and isinstance(payload, bytes) and len(payload) <= MAX_MESSAGE_BYTES:
+        fields = core.read_fanout_task(payload)
+        if fields is not None:
+            event_id, ts, author, post_id, post_ts, chunk, followers = fields
+            return FanoutTask.model_construct(
+                event_id=event_id,
+                ts=ts,
+                v=SCHEMA_VERSION,
+                type="fanout_task",
+                author=author,
+                post_id=post_id,
+                post_ts=post_ts,
+                chunk=chunk,
+                followers=followers,
+            )
+    return decode_event_reference(payload)
+
+
+def decode_event_reference(payload: bytes | str | None) -> AnyEvent:
+    """``decode_event`` by pydantic: the meaning of every wire message."""
     broken = byte_rule_violation(payload)
     if broken is not None:
         raise broken
@@ -150,4 +174,48 @@ def validate_event(obj: Any) -> AnyEvent:
 
 
 def encode_event(event: AnyEvent) -> bytes:
+    """The wire form of an event: a chunk task's by the native core where it runs (the same
+    bytes), any other's by ``encode_event_reference``."""
+    if core is not None and type(event) is FanoutTask:
+        data = core.write_fanout_task(
+            event.event_id,
+            event.ts,
+            event.v,
+            event.author,
+            event.post_id,
+            event.post_ts,
+            event.chunk,
+            event.followers,
+        )
+        if data is not None:
+            return data
+    return encode_event_reference(event)
+
+
+def encode_event_reference(event: AnyEvent) -> bytes:
     return orjson.dumps(event.model_dump(exclude_none=True))
+
+
+def fanout_task(
+    author: str, post_id: str, post_ts: int, chunk: int, followers: list[str]
+) -> FanoutTask:
+    """A chunk task of these fields, validated (``FanoutTask``'s rules and errors): checked by
+    the native core where it runs, then built without validating again; by the model where the
+    core does not run or does not pass them, so a refusal is always the model's own."""
+    if core is not None and core.valid_fanout_task(author, post_id, post_ts, chunk, followers):
+        return FanoutTask.model_construct(
+            type="fanout_task",
+            author=author,
+            post_id=post_id,
+            post_ts=post_ts,
+            chunk=chunk,
+            followers=followers,
+        )
+    return FanoutTask(
+        type="fanout_task",
+        author=author,
+        post_id=post_id,
+        post_ts=post_ts,
+        chunk=chunk,
+        followers=followers,
+    )

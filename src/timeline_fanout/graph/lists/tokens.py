@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from timeline_fanout.schemas.native_core import core
+
 PLUS = 0x2B
 MINUS = 0x2D
 _POSITIONS = re.compile(rb"#[0-9a-f]+ ")
@@ -122,6 +124,21 @@ class DecodedList:
 
 
 def decode(chunks: Iterable[bytes]) -> DecodedList:
+    """The members of a list from its shards, in order (the hot path of every list read): by the
+    native core where it runs (schemas/native_core.py), which hands back to ``decode_reference``
+    any list it does not decide itself, so results and errors are the reference's."""
+    if core is None:
+        return decode_reference(chunks)
+    shards = chunks if isinstance(chunks, list) else list(chunks)
+    try:
+        native = core.decode_list(shards)
+    except ValueError as exc:  # the reference's reason, word for word
+        raise CorruptList(str(exc)) from None
+    return decode_reference(shards) if native is None else DecodedList(*native)
+
+
+def decode_reference(chunks: Iterable[bytes]) -> DecodedList:
+    """``decode`` in Python: the meaning of a list, wherever the native core is not built."""
     data = b" ".join(chunks)
     toks = data.split()
     if _only_additions(data, len(toks)):

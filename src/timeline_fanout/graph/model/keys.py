@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from timeline_fanout.schemas import all_valid_ids, is_valid_id
+from timeline_fanout.schemas.native_core import core
 
 SEP = b"|"
 # Copies of the items every page reads (the deletion mark, the celebrity set): enough that
@@ -79,6 +80,16 @@ class KeySpace:
         return self._user_keys(COUNT_LEASES, users)
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
+        """``{ns}|{code}|{user}`` for every user: by the native core where it runs
+        (schemas/native_core.py); by ``user_keys_reference`` where it does not, and for a
+        batch the core does not name itself (an invalid id: the reference's error)."""
+        if core is not None:
+            keys = core.user_keys(f"{self.namespace}|{code}|", users)
+            if keys is not None:
+                return keys
+        return self.user_keys_reference(code, users)
+
+    def user_keys_reference(self, code: str, users: Sequence[str]) -> list[bytes]:
         if not all_valid_ids(users):
             bad = next(u for u in users if not is_valid_id(u))
             raise ValueError(f"invalid user id {bad!r}")

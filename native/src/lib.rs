@@ -1,0 +1,190 @@
+//! The per-member work of the hot paths, at native speed, behind the interfaces of the Python
+//! modules that keep the reference implementations (timeline_fanout/graph/lists/tokens.py,
+//! timeline_fanout/graph/model/keys.py, timeline_fanout/schemas/codec.py). Each function here
+//! has one meaning, the reference's: where its input leaves the form our writers produce (a
+//! position that is not plain hex of at most 16 digits, an id that is not a `str`, a task not
+//! in the publisher's form), it answers `None` and the caller runs the reference, so that every
+//! result and every error stays the reference's own.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyFrozenSet, PyInt, PyList, PyString};
+
+mod tasks;
+mod tokens;
+
+/// `tokens.decode` of the shards joined by a space: `(members, tokens)`, or `None` where the
+/// reference must decide (see the module's doc). A `ValueError` carries the reference's message
+/// for a corrupt list.
+#[pyfunction]
+fn decode_list<'py>(
+    py: Python<'py>,
+    chunks: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Option<(Bound<'py, PyFrozenSet>, usize)>> {
+    let mut data = Vec::with_capacity(chunks.iter().map(|c| c.as_bytes().len() + 1).sum());
+    for (i, chunk) in chunks.iter().enumerate() {
+        if i > 0 {
+            data.push(b' ');
+        }
+        data.extend_from_slice(chunk.as_bytes());
+    }
+    let decoded = match tokens::decode(&data) {
+        tokens::Decoded::Members(members, count) => (members, count),
+        tokens::Decoded::Reference => return Ok(None),
+        tokens::Decoded::Corrupt(reason) => return Err(PyValueError::new_err(reason.message())),
+        tokens::Decoded::BadToken(tok) => {
+            let shown = PyBytes::new(py, &tok[..tok.len().min(70)]).repr()?;
+            return Err(PyValueError::new_err(format!("bad token {shown}")));
+        }
+    };
+    let (members, count) = decoded;
+    // Every member is ASCII (checked by `decode`): a `str` straight from its bytes.
+    let strings = members
+        .iter()
+        .map(|m| PyString::new(py, unsafe { std::str::from_utf8_unchecked(m) }));
+    Ok(Some((PyFrozenSet::new(py, strings)?, count)))
+}
+
+/// `KeySpace._user_keys`: `prefix + user` as bytes for every user, or `None` when any user is
+/// not a valid id (or not a `str`): the reference then raises its own error.
+#[pyfunction]
+fn user_keys<'py>(
+    py: Python<'py>,
+    prefix: &str,
+    users: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let mut keys: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(users.len().unwrap_or(0));
+    let mut key = Vec::with_capacity(prefix.len() + 64);
+    for user in users.try_iter()? {
+        let user = user?;
+        let Ok(user) = user.cast::<PyString>() else {
+            return Ok(None);
+        };
+        let Ok(text) = user.to_str() else {
+            return Ok(None);
+        };
+        if !tokens::valid_id(text.as_bytes()) {
+            return Ok(None);
+        }
+        key.clear();
+        key.extend_from_slice(prefix.as_bytes());
+        key.extend_from_slice(text.as_bytes());
+        keys.push(PyBytes::new(py, &key));
+    }
+    Ok(Some(PyList::new(py, keys)?))
+}
+
+/// An exact `str` that is a valid id (a subclass or anything else: the reference decides).
+fn id_of<'a>(value: &'a Bound<'_, PyAny>) -> Option<&'a str> {
+    let text = value.cast_exact::<PyString>().ok()?.to_str().ok()?;
+    tokens::valid_id(text.as_bytes()).then_some(text)
+}
+
+/// An exact `int` (not a `bool`) below `limit`, or `None`.
+fn int_below(value: &Bound<'_, PyAny>, limit: u64) -> Option<u64> {
+    let int = value.cast_exact::<PyInt>().ok()?;
+    int.extract::<u64>().ok().filter(|v| *v < limit)
+}
+
+/// The followers of a task when they are an exact list of at most `MAX_CHUNK` valid ids.
+fn follower_ids<'py>(followers: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyString>>> {
+    let list = followers.cast_exact::<PyList>().ok()?;
+    if list.len() > tasks::MAX_CHUNK {
+        return None;
+    }
+    let mut ids = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        let text = item.cast_into_exact::<PyString>().ok()?;
+        if !tokens::valid_id(text.to_str().ok()?.as_bytes()) {
+            return None;
+        }
+        ids.push(text);
+    }
+    Some(ids)
+}
+
+/// Whether a chunk task of these fields passes every rule of the model (then it is built
+/// without validating again); `False` leaves the model to validate, and to refuse.
+#[pyfunction]
+fn valid_fanout_task(
+    author: &Bound<'_, PyAny>,
+    post_id: &Bound<'_, PyAny>,
+    post_ts: &Bound<'_, PyAny>,
+    chunk: &Bound<'_, PyAny>,
+    followers: &Bound<'_, PyAny>,
+) -> bool {
+    id_of(author).is_some()
+        && id_of(post_id).is_some()
+        && int_below(post_ts, tasks::MILLIS_LIMIT).is_some()
+        && int_below(chunk, u64::MAX).is_some()
+        && follower_ids(followers).is_some()
+}
+
+/// The wire form of a chunk task with its envelope, byte for byte what the reference writes;
+/// `None` for fields outside the plain form (the reference writes those).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn write_fanout_task<'py>(
+    py: Python<'py>,
+    event_id: &Bound<'py, PyAny>,
+    ts: &Bound<'py, PyAny>,
+    v: &Bound<'py, PyAny>,
+    author: &Bound<'py, PyAny>,
+    post_id: &Bound<'py, PyAny>,
+    post_ts: &Bound<'py, PyAny>,
+    chunk: &Bound<'py, PyAny>,
+    followers: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyBytes>> {
+    let event_id = event_id.cast_exact::<PyString>().ok()?.to_str().ok()?;
+    if !tasks::plain_event_id(event_id.as_bytes()) || int_below(v, 2)? != 1 {
+        return None;
+    }
+    let (author, post_id) = (id_of(author)?, id_of(post_id)?);
+    let ids = follower_ids(followers)?;
+    let followers = ids
+        .iter()
+        .map(|f| f.to_str())
+        .collect::<PyResult<Vec<_>>>()
+        .ok()?;
+    let task = tasks::Task {
+        event_id,
+        ts: int_below(ts, u64::MAX)?,
+        author,
+        post_id,
+        post_ts: int_below(post_ts, u64::MAX)?,
+        chunk: int_below(chunk, u64::MAX)?,
+        followers,
+    };
+    Some(PyBytes::new(py, &tasks::write(&task)))
+}
+
+type TaskFields<'py> = (String, u64, String, String, u64, u64, Bound<'py, PyList>);
+
+/// A chunk task's fields from a payload in the publisher's form with every rule met:
+/// `(event_id, ts, author, post_id, post_ts, chunk, followers)`; `None` for any other payload.
+#[pyfunction]
+fn read_fanout_task<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Option<TaskFields<'py>>> {
+    let Some(task) = tasks::read(payload) else {
+        return Ok(None);
+    };
+    let followers = PyList::new(py, task.followers.iter().map(|f| PyString::new(py, f)))?;
+    Ok(Some((
+        task.event_id.to_owned(),
+        task.ts,
+        task.author.to_owned(),
+        task.post_id.to_owned(),
+        task.post_ts,
+        task.chunk,
+        followers,
+    )))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decode_list, m)?)?;
+    m.add_function(wrap_pyfunction!(user_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(valid_fanout_task, m)?)?;
+    m.add_function(wrap_pyfunction!(write_fanout_task, m)?)?;
+    m.add_function(wrap_pyfunction!(read_fanout_task, m)?)?;
+    Ok(())
+}

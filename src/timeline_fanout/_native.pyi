@@ -1,0 +1,21 @@
+from collections.abc import Sequence
+
+def decode_list(chunks: list[bytes], /) -> tuple[frozenset[str], int] | None: ...
+def user_keys(prefix: str, users: Sequence[str], /) -> list[bytes] | None: ...
+def valid_fanout_task(
+    author: str, post_id: str, post_ts: int, chunk: int, followers: list[str], /
+) -> bool: ...
+def write_fanout_task(
+    event_id: str | None,
+    ts: int | None,
+    v: int | None,
+    author: str,
+    post_id: str,
+    post_ts: int,
+    chunk: int,
+    followers: list[str],
+    /,
+) -> bytes | None: ...
+def read_fanout_task(
+    payload: bytes, /
+) -> tuple[str, int, str, str, int, int, list[str]] | None: ...

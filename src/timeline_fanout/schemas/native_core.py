@@ -1,0 +1,65 @@
+"""Which implementation of the per-member hot paths runs: the native core (``_native``, built
+from native/ in Rust with PyO3 when the package is installed) or the Python reference beside
+each caller (graph/lists/tokens.py's list decode, graph/model/keys.py's key naming,
+schemas/codec.py's chunk tasks). It imports nothing of ours, so that every layer may use it.
+
+Both have one meaning: the native functions answer ``None`` wherever their input leaves the form
+our writers produce, and the caller then runs the reference, so results and errors are the
+reference's own (the differential tests ``test_native_*_match_reference``). ``FANOUT_NATIVE``
+chooses at import: unset, the native core where it is built and the reference elsewhere; ``0``,
+the reference always (an A/B run, or to rule the core out); ``1``, the native core or an
+``ImportError``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+ENV = "FANOUT_NATIVE"
+
+
+class NativeCore(Protocol):
+    """The native module's functions (stubbed in ``_native.pyi``)."""
+
+    def decode_list(self, chunks: list[bytes], /) -> tuple[frozenset[str], int] | None: ...
+
+    def user_keys(self, prefix: str, users: Sequence[str], /) -> list[bytes] | None: ...
+
+    def valid_fanout_task(
+        self, author: str, post_id: str, post_ts: int, chunk: int, followers: list[str], /
+    ) -> bool: ...
+
+    def write_fanout_task(
+        self,
+        event_id: str | None,
+        ts: int | None,
+        v: int | None,
+        author: str,
+        post_id: str,
+        post_ts: int,
+        chunk: int,
+        followers: list[str],
+        /,
+    ) -> bytes | None: ...
+
+    def read_fanout_task(
+        self, payload: bytes, /
+    ) -> tuple[str, int, str, str, int, int, list[str]] | None: ...
+
+
+def _load() -> NativeCore | None:
+    wanted = os.environ.get(ENV, "")
+    if wanted == "0":
+        return None
+    try:
+        from timeline_fanout import _native
+    except ImportError:
+        if wanted == "1":
+            raise
+        return None
+    return _native
+
+
+core = _load()
