@@ -140,7 +140,12 @@ def test_a_returning_server_takes_writes_creates_nothing_and_is_read_once_up(
     assert writer.set_many({key: b"+a +b +c "}) == {key: Outcome.STORED}  # overwrites
     assert raw.get_many([named]) == {named: b"+a +b +c "}
     clock.now += 5.0
-    writer.settle()  # up a lease after it was first seen returning
+
+    def wait(seconds: float) -> None:  # from here on, waits pass on the writer's clock
+        clock.now += max(0.0, seconds)
+
+    writer.wait = wait  # type: ignore[method-assign]
+    writer.settle()  # up a lease after it was first seen returning, and usable a lease later
     assert register.record is not None
     assert register.record.epoch(victim) == ServerEpoch("5e7b4c01", EpochState.UP)
     assert writer.get_many([key]) == {key: b"+a +b +c "}

@@ -217,12 +217,13 @@ class MemcacheCluster:
         cannot be read): then no key may be used."""
         view = self._trust.ring
         placement = view.renewed()
+        if placement is not None and view.record.returning_or_down():
+            self.advance()  # a step back may be due (probes back off); a probe takes time:
+            placement = view.renewed()  # the lease is renewed again if it ran out meanwhile
         if placement is not None:
             for node in placement.nodes:
                 if node not in self._pipes:
                     self._connect(node)
-            if view.record.returning_or_down():  # a step back may be due (probes back off)
-                self.advance()
         return placement
 
     def _connect(self, node: str) -> None:
@@ -289,8 +290,8 @@ class MemcacheCluster:
             if epoch is not None and seq > since:
                 self._revoke(node, epoch)
                 continue
-            record = self._trust.ring.leased()
-            if record is None:  # the lease ran out just now: made again under the next one
+            record = self._record()
+            if record is None:  # the record cannot be read: made again under the next lease
                 raise KeysMoving("memcached ring: no lease on the record to judge a skipped write")
             use = self._use(node, record)
             if use.suffix is None and use.skip_is_missed:
@@ -477,11 +478,17 @@ class MemcacheCluster:
         behind the revocation only while it lasts, and a request may be sent, and answered,
         up to a timeout after its lease was checked: an answer from a revoked epoch, arriving
         after the revoking writer committed, would miss that writer's write."""
+        record = self._record()
+        return [n for n, suffix in suffixes.items() if self._use(n, record).suffix != suffix]
+
+    def _record(self) -> RingRecord | None:
+        """The record under a live lease, read again if it ran out (a revocation's wait, a
+        slow exchange); None when it cannot be read."""
         view = self._trust.ring
         record = view.leased()
         if record is None and self._placement() is not None:
             record = view.leased()
-        return [n for n, suffix in suffixes.items() if self._use(n, record).suffix != suffix]
+        return record
 
     def _unanswered(
         self,
