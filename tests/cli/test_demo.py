@@ -28,7 +28,7 @@ def test_the_demo_delivers_into_cached_timelines_and_checks_every_timeline(
     assert appended > 0 and skipped > 0  # half the users read first: both paths walked
     assert "most followed" in out
     # Two latencies, each named for what it measures: a lone post, and the burst's queueing.
-    flat = out.replace("\n", " ")
+    flat = " ".join(out.split())  # the console wraps lines at its width
     assert re.search(
         r"idle pipeline \(publish to delivered\): p50 [\d,]+ ms, max [\d,]+ ms over 5 posts", flat
     ), out
