@@ -380,7 +380,6 @@ class RingView:
         self._seen: dict[tuple[str, ServerEpoch], float] = {}
         self._lock = threading.RLock()
         self._renewer: threading.Thread | None = None
-        self._stop = threading.Event()
 
     @property
     def record(self) -> RingRecord:
@@ -479,19 +478,17 @@ class RingView:
         if self.source is None or self._renewer is not None:
             return
         self._renewer = threading.Thread(
-            target=_renew_loop, args=(weakref.ref(self), self._stop), name="ring-lease", daemon=True
+            target=_renew_loop, args=(weakref.ref(self),), name="ring-lease", daemon=True
         )
         self._renewer.start()
 
-    def stop(self) -> None:
-        self._stop.set()
 
-
-def _renew_loop(ref: weakref.ref[RingView], stop: threading.Event) -> None:
+def _renew_loop(ref: weakref.ref[RingView]) -> None:
     """``keep_renewed``'s thread: holds its view only while renewing it, and ends once the view
-    is stopped or gone (a process's clients closed and dropped)."""
+    is gone (a process's clients closed and dropped)."""
     pause = 0.0
-    while not stop.wait(pause):
+    while True:
+        time.sleep(pause)
         view = ref()
         if view is None:
             return
