@@ -18,8 +18,8 @@ Things that are internals on purpose and would move with another redesign:
   known under a mark (``KnownTexts``: a new one in every run), the claim TTL
   (``ListSettings.lease_s``: longer than any schedule, so a claim expires only as an injected
   fault); a reader's wait for someone else's build is the cache's ``wait``, a virtual sleep;
-- the cache as each process sees it (``_ExploredCluster``, a ``MemcacheCluster`` subclass that
-  sets ``_clients`` and ``_pipes`` itself): its own ``ServerTrust`` on the schedule's
+- the cache as each process sees it (``explored_cluster``, a ``MemcacheCluster`` given its
+  connections by a factory): its own ``ServerTrust`` on the schedule's
   virtual clock (``World.now``: steps taken and virtual sleeps, never the wall clock), epochs
   from a counter, servers named ``s0``, ``s1``, ... so that keys land on the same server in every
   session whatever its ports, waits (a revocation's lease, a fresh epoch's) made virtual
@@ -73,9 +73,10 @@ from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader, TimelineSource
 from timeline_fanout.memcache.cluster import MemcacheCluster, Outcome
+from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import Item, ServerPipe
+from timeline_fanout.memcache.wire import Item
 from timeline_fanout.producers.publisher import DeliveryReport
 from timeline_fanout.schemas import AnyEvent, Follow, Post, PostDeleted, Unfollow, UserRemoved
 
@@ -105,7 +106,7 @@ PROJECT_API = (
     "Positioned(event, position(ts, offset), Origin(...), raw)",
     "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch, "
     "ring=RingView(record, source, lease_s, clock))); its wait/settle/available/checkpoint/"
-    "missed, _clients/_pipes/_call; ServerPipe",
+    "missed/flush_all, and its connect/sleep/brings_back; memcache.pools.ServerPipe",
     "memcache.ring: RingRecord.of/servers/rings/moving, Placement(record).owners/nodes, MOVED; "
     "memcache.ring_change.change_ring(source, configured, servers, hold, sleep=...)",
     "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
@@ -403,7 +404,7 @@ class Process:
         # Its own view of the servers (down, leases), as a separate process has: an actor is
         # named for the cuts (``World.cut``) by its actor's name.
         self.owner = (scheduler.current() if scheduler else None) or owner or "setup"
-        self.cluster = _ExploredCluster(world, self.owner)
+        self.cluster = explored_cluster(world, self.owner)
         cache: MemcacheCluster = self.cluster
         if scheduler is not None:  # setup and checks: not yield points, same canonical order
             cache = cast(
@@ -565,45 +566,31 @@ class _CutPipe(ServerPipe):
         return super().receive_values(count)
 
 
-class _ExploredCluster(MemcacheCluster):
+def explored_cluster(world: World, owner: str, ring: RingView | None = None) -> MemcacheCluster:
     """The cache as one process sees it: its own ``ServerTrust`` (its own servers down, its
     own leases) on the schedule's virtual clock, epochs from the world's counter, waits made
     virtual sleeps (a yield point: others run while a revocation stands), and the servers
     named ``s0``, ``s1``, ... by their order, so that the ring places every key on the same
-    server in every session (real names carry the session's free ports). Its ring is the
-    world's record, read again once per ``RING_LEASE_S`` (``ring``: a fixed one instead)."""
-
-    def __init__(self, world: World, owner: str, ring: RingView | None = None) -> None:
-        aliases = list(world.servers)
-        trust = ServerTrust(
-            aliases,
-            BOUNDS,
-            clock=world.now,
-            new_epoch=world.new_epoch,
-            ring=ring or RingView(world.ring.record, world.ring, RING_LEASE_S, clock=world.now),
-        )
-        super().__init__(world.addresses, trust=trust)
-        named = dict(zip(aliases, world.addresses, strict=True))
-        for pipe in self._pipes.values():
-            pipe.close()
-        self._clients = {a: self._clients[f"{h}:{p}"] for a, (h, p) in named.items()}
-        self._pipes = {a: _CutPipe(a, addr, world, owner) for a, addr in named.items()}
-        self._world = world
-        self._owner = owner
-
-    def wait(self, seconds: float) -> None:
-        if seconds > 0:
-            self._world.sleep(seconds)
-
-    def advance(self) -> None:
-        """The faults' own process brings no server back: its swaps of the record would be
-        steps of the schedule taken inside another step (a fault's)."""
-        if self._owner != ADMIN:
-            super().advance()
-
-    def flush_server(self, server: str) -> None:
-        """One server restarted empty: its items gone, and the epochs it kept for others."""
-        self._call(server, "flush_all", 0, False)
+    server in every session (real names carry the session's free ports); its connections are
+    ``_CutPipe``s. Its ring is the world's record, read again once per ``RING_LEASE_S``
+    (``ring``: a fixed one instead). The faults' own process brings no server back: its swaps
+    of the record would be steps of the schedule taken inside another step (a fault's)."""
+    aliases = list(world.servers)
+    trust = ServerTrust(
+        aliases,
+        BOUNDS,
+        clock=world.now,
+        new_epoch=world.new_epoch,
+        ring=ring or RingView(world.ring.record, world.ring, RING_LEASE_S, clock=world.now),
+    )
+    named = dict(zip(aliases, world.addresses, strict=True))
+    return MemcacheCluster(
+        world.addresses,
+        trust=trust,
+        connect=lambda alias: _CutPipe(alias, named[alias], world, owner),
+        sleep=world.sleep,
+        brings_back=owner != ADMIN,
+    )
 
 
 class World:
@@ -640,8 +627,8 @@ class World:
         self.ring = _SwappedRing(self)  # the record every process reads
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
         self._epochs = 0
-        self.admin = _ExploredCluster(self, ADMIN)  # the faults' own process
-        self.admin.flush_all()
+        self.admin = explored_cluster(self, ADMIN)  # the faults' own process
+        self.admin.flush_all(self.servers)  # the ring's later servers too
 
     # -- wiring -----------------------------------------------------------------------------------
 
@@ -738,7 +725,7 @@ class World:
         """``server`` restarted empty (a flush of that server alone): its items are lost. The
         keys lost are those the (session-independent) ring puts there."""
         lost = [k for k in self.present if server in self._owners(k)]
-        self.admin.flush_server(server)
+        self.admin.flush_all([server])
         self._forget(lost)
         return lost
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import EpochState, RingRecord, ServerEpoch
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout.memcache.wire import Outcome
@@ -35,10 +37,13 @@ def names(servers: list[Server]) -> list[str]:
 
 
 def process(
-    servers: list[Server], register: HeldRing, trust: ServerTrust | None = None
+    servers: list[Server],
+    register: HeldRing,
+    trust: ServerTrust | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> MemcacheCluster:
     trust = trust or process_trust(names(servers), register, QUICK, LEASE_S)
-    return MemcacheCluster([address for _, address in servers], trust=trust)
+    return MemcacheCluster([address for _, address in servers], trust=trust, sleep=sleep)
 
 
 def key_on(cache: MemcacheCluster, server: str) -> bytes:
@@ -55,6 +60,10 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
+    def advance(self, seconds: float) -> None:
+        """A wait passed on this clock."""
+        self.now += max(0.0, seconds)
+
 
 def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
     three: list[Server],
@@ -65,7 +74,25 @@ def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
     key = key_on(writer, victim)
     writer.set_many({key: b"before"})
     clock = Clock()
-    reader = process(three, register, process_trust(names(three), register, QUICK, 1.0, clock))
+    late: list[bool] = []  # armed: the reply arrives after the reader's lease ran out
+
+    class LatePipe(ServerPipe):
+        """The moment between a request and its reply, made exact."""
+
+        def send(self, payload: bytes) -> None:
+            super().send(payload)
+            if late:
+                clock.now += 5.0
+
+    def connect(node: str) -> ServerPipe:
+        host, port = node.rsplit(":", 1)
+        return LatePipe(host, int(port), QUICK.timeout_s)
+
+    reader = MemcacheCluster(
+        [address for _, address in three],
+        trust=process_trust(names(three), register, QUICK, 1.0, clock),
+        connect=connect,
+    )
     assert reader.get_many([key]) == {key: b"before"}  # a lease on the record
     # The writer missed a write on the victim: its epoch is revoked in the register and the
     # writer's call returns a lease later (the writer's own clock), then it commits.
@@ -73,14 +100,7 @@ def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
     writer.missed([key], writer.checkpoint())
     assert register.record is not None
     assert register.record.epoch(victim).state is EpochState.DOWN
-    pipe = reader._pipes[victim]  # the moment between a request and its reply, made exact
-    send = pipe.send
-
-    def late(payload: bytes) -> None:
-        send(payload)
-        clock.now += 5.0  # the reply arrives after the reader's lease ran out
-
-    pipe.send = late  # type: ignore[method-assign]
+    late.append(True)
     assert reader.get_many([key]) == {}  # unanswered, not the revoked epoch's item
     assert reader.available([key]) == [False]  # until it is back under its new epoch
 
@@ -125,8 +145,9 @@ def test_a_returning_server_takes_writes_creates_nothing_and_is_read_once_up(
     )
     register = HeldRing(returning)
     clock = Clock()  # the writer's: returning lasts until the test lets a lease pass
-    writer = process(three, register, process_trust(names(three), register, QUICK, 5.0, clock))
-    writer.wait = lambda seconds: None  # type: ignore[method-assign]  # holds pass at once
+    sleep: list[Callable[[float], None]] = [lambda seconds: None]  # holds pass at once
+    trust = process_trust(names(three), register, QUICK, 5.0, clock)
+    writer = process(three, register, trust, lambda seconds: sleep[0](seconds))
     key = key_on(writer, victim)
     named = key + b"@5e7b4c01"
     raw = MemcacheCluster([three[0][1]])
@@ -140,11 +161,7 @@ def test_a_returning_server_takes_writes_creates_nothing_and_is_read_once_up(
     assert writer.set_many({key: b"+a +b +c "}) == {key: Outcome.STORED}  # overwrites
     assert raw.get_many([named]) == {named: b"+a +b +c "}
     clock.now += 5.0
-
-    def wait(seconds: float) -> None:  # from here on, waits pass on the writer's clock
-        clock.now += max(0.0, seconds)
-
-    writer.wait = wait  # type: ignore[method-assign]
+    sleep[0] = clock.advance  # from here on, waits pass on the writer's clock
     writer.settle()  # up a lease after it was first seen returning, and usable a lease later
     assert register.record is not None
     assert register.record.epoch(victim) == ServerEpoch("5e7b4c01", EpochState.UP)
@@ -161,18 +178,14 @@ def test_a_write_missed_under_a_returning_epoch_revokes_it_though_it_went_up_mea
     epoch = ServerEpoch("5e7b4c02", EpochState.RETURNING)
     register = HeldRing(RingRecord.of(names(three)).with_epoch(victim, epoch))
     clock = Clock()
-    writer = process(three, register, process_trust(names(three), register, QUICK, 60.0, clock))
+    trust = process_trust(names(three), register, QUICK, 60.0, clock)
+    writer = process(three, register, trust, clock.advance)  # the revocation's wait
     key = key_on(writer, victim)
     assert writer.available([key]) == [False]  # the record read: returning
     up = ServerEpoch(epoch.value, EpochState.UP)
     assert register.record is not None
     assert register.swap_ring(register.record, register.record.with_epoch(victim, up))
     writer.trust.mark_down(victim)
-
-    def wait(seconds: float) -> None:  # the revocation's wait, passed on the writer's clock
-        clock.now += max(0.0, seconds)
-
-    writer.wait = wait  # type: ignore[method-assign]
     writer.append_many({key: b"+w "})  # not sent, under the lease that says returning
     assert clock.now >= 60.0  # held a lease period
     assert register.record is not None
@@ -190,10 +203,9 @@ def test_a_write_to_a_revoked_server_returns_only_once_older_leases_ran_out(
     lacks that write. So the second writer's call returns only once the old leases ran out."""
     register = HeldRing(None)
     first, second, reader = (
-        process(three, register, process_trust(names(three), register, QUICK, 1.0))
-        for _ in range(3)
+        process(three, register, process_trust(names(three), register, QUICK, 1.0), sleep)
+        for sleep in (lambda seconds: None, time.sleep, time.sleep)  # first: holding its batch
     )
-    first.wait = lambda seconds: None  # type: ignore[method-assign]  # still holding its batch
     victim = names(three)[0]
     key, other = [k for k in (b"k%d" % i for i in range(10_000)) if first.server_for(k) == victim][
         :2

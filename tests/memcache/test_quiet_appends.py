@@ -14,14 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from timeline_fanout.memcache import MemcacheCluster, Outcome, Refused
+from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import EpochState
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import (
-    QUIET_VALUE_MAX,
-    ServerPipe,
-    quiet_append_pipeline,
-    quiet_end,
-)
+from timeline_fanout.memcache.wire import QUIET_VALUE_MAX, quiet_append_pipeline, quiet_end
 from timeline_fanout_devstack.memcached_processes import end, own_server, stop
 
 BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3)

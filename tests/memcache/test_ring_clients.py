@@ -13,8 +13,9 @@ import pytest
 from tests.held_ring import HeldRing
 from timeline_fanout.memcache.async_cluster import AsyncMemcache, Replies
 from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster, Outcome
+from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
-from timeline_fanout.memcache.trust import ServerTrust, ServerUse, TrustSettings
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 from timeline_fanout_devstack.memcached_processes import own_server
 
 # Ring leases are moved by the tests' clocks; the timeouts only bound a failed exchange.
@@ -29,16 +30,36 @@ def four() -> Iterator[list[str]]:
         yield sorted(f"{h}:{p}" for _, (h, p) in (a, b, c, d))
 
 
+class PausingPipe(ServerPipe):
+    """A blocking client's connection that runs its process's ``pause`` before a request."""
+
+    def __init__(self, host: str, port: int, timeout: float, process: Clients) -> None:
+        super().__init__(host, port, timeout)
+        self._process = process
+
+    def send(self, payload: bytes) -> None:
+        if (pause := self._process.pause) is not None:
+            self._process.pause = None
+            pause()
+        super().send(payload)
+
+
 class Clients:
     """One process: a blocking and an event-loop client sharing a trust and a ring view."""
 
     def __init__(self, servers: list[str], source: HeldRing) -> None:
         self.now = 0.0
+        # Run once before the blocking client's next request goes out (``PausedMidRead``).
+        self.pause: Callable[[], None] | None = None
         self.view = RingView(RingRecord.of(servers), source, 10.0, clock=lambda: self.now)
         trust = ServerTrust(servers, BOUNDS, ring=self.view)
         pairs = [(h, int(p)) for h, p in (s.rsplit(":", 1) for s in servers)]
-        self.blocking = MemcacheCluster(pairs, trust=trust)
+        self.blocking = MemcacheCluster(pairs, trust=trust, connect=self._connect)
         self.pairs, self.trust = pairs, trust
+
+    def _connect(self, node: str) -> ServerPipe:
+        host, port = node.rsplit(":", 1)
+        return PausingPipe(host, int(port), BOUNDS.timeout_s, self)
 
     def switch(self) -> None:
         self.now += 10.0
@@ -179,22 +200,15 @@ def test_an_event_loop_read_first_after_a_reversal_asks_the_new_names(four: list
     assert fresh.read_on_loop(moved) == {}  # never the copies of version 1
 
 
-class PausedMidRead:
-    """A process's blocking client paused after placing its read and before sending it, for
-    as long as ``meanwhile`` takes (its ring lease runs out meanwhile)."""
+def paused_mid_read(process: Clients, meanwhile: Callable[[], None]) -> None:
+    """``process``'s blocking client paused after placing its next read and before sending
+    it, for as long as ``meanwhile`` takes (its ring lease runs out meanwhile)."""
 
-    def __init__(self, process: Clients, meanwhile: Callable[[], None]) -> None:
-        self._use = process.blocking._use
-        self._meanwhile: Callable[[], None] | None = meanwhile
-        self._process = process
-        process.blocking._use = self.use  # type: ignore[method-assign]
+    def pause() -> None:
+        meanwhile()
+        process.now += 100.0
 
-    def use(self, node: str, record: RingRecord | None) -> ServerUse:
-        if self._meanwhile is not None:
-            meanwhile, self._meanwhile = self._meanwhile, None
-            meanwhile()
-            self._process.now += 100.0
-        return self._use(node, record)
+    process.pause = pause
 
 
 def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
@@ -220,7 +234,7 @@ def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
         writer.blocking.settle()
         writer.blocking.set_many(dict.fromkeys(moved, b"new"))
 
-    PausedMidRead(reader, change)
+    paused_mid_read(reader, change)
     got = reader.blocking.get_many(KEYS)
     assert b"old" not in {got[k] for k in moved if k in got}
     assert {got[k] for k in stayed} == {b"old"}  # on the same server, under the same name

@@ -19,10 +19,8 @@ append costs no reply to write, read or parse and every refusal is still reporte
 from __future__ import annotations
 
 import enum
-import itertools
-import socket
 from collections.abc import Sequence
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple
 
 STORED = b"STORED\r\n"
 TOO_LARGE = b"SERVER_ERROR object too large for cache"
@@ -47,18 +45,6 @@ class Outcome(enum.Enum):
     @property
     def ok(self) -> bool:
         return self is Outcome.STORED
-
-
-_OUTCOMES = {
-    b"STORED": Outcome.STORED,
-    b"NOT_STORED": Outcome.NOT_STORED,
-    b"EXISTS": Outcome.EXISTS,
-    b"NOT_FOUND": Outcome.NOT_FOUND,
-    TOO_LARGE: Outcome.TOO_LARGE,
-    b"HD": Outcome.STORED,  # meta delete: deleted
-    b"EX": Outcome.EXISTS,  # meta delete: CAS mismatch
-    b"NF": Outcome.NOT_FOUND,  # meta delete: no such item
-}
 
 
 class Refused(NamedTuple):
@@ -98,162 +84,6 @@ class Item(NamedTuple):
 
 # A CAS id no item holds (memcached counts them up from 1 in 64 bits).
 NO_CAS_ID = b"18446744073709551615"
-# Connections numbered across the process, so a token read on one pipe never passes on another.
-_CONNECTIONS = itertools.count(1)
-
-
-def cas_on(tokens: Sequence[bytes], connection: int) -> list[bytes]:
-    """The CAS ids to send on ``connection`` for ``tokens`` (``Item.cas``: ``id/connection``).
-    A restarted server counts its CAS ids from 1 again, so an id read before the restart can
-    name a new item of the same key; any restart closes the connection it was read on. A token
-    read on another connection is therefore sent as ``NO_CAS_ID``: its write answers EXISTS
-    (or NOT_FOUND), as for an item changed since it was read."""
-    current = b"/%d" % connection
-    cut = len(current)
-    return [t[: len(t) - cut] if t.endswith(current) else NO_CAS_ID for t in tokens]
-
-
-class ServerPipe:
-    """One server's connection for pipelines: ``send`` pipelines, then ``receive`` their
-    replies in the same order. Replies are read in whole lines, so a read that brings the start
-    of the next pipeline's replies keeps it for the next ``receive``."""
-
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self.name = f"{host}:{port}"
-        self._address = (host, port)
-        self._timeout = timeout
-        self._sock: socket.socket | None = None
-        self._connection = 0
-        self._unread = b""
-
-    def connect(self) -> int:
-        """The number of the open connection, opened if there is none (``cas_on``)."""
-        self._socket()
-        return self._connection
-
-    def send(self, payload: bytes) -> None:
-        sock = self._socket()
-        try:
-            sock.sendall(payload)
-        except OSError as exc:
-            self._fail(str(exc))
-
-    def _socket(self) -> socket.socket:
-        if self._sock is None:
-            try:
-                self._sock = socket.create_connection(self._address, self._timeout)
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError as exc:
-                self._fail(str(exc))
-            self._connection = next(_CONNECTIONS)
-        return self._sock
-
-    def receive(self, lines: int) -> bytes:
-        """The next ``lines`` reply lines, ``\\r\\n`` included."""
-        chunks = [self._unread]
-        seen = self._unread.count(b"\n")
-        while seen < lines:
-            chunks.append(self._recv(1 << 20))
-            seen += chunks[-1].count(b"\n")
-        data = b"".join(chunks)
-        if seen == lines:
-            self._unread = b""
-            return data
-        self._unread = data.split(b"\n", lines)[-1]  # the next pipeline's first replies
-        return data[: len(data) - len(self._unread)]
-
-    def receive_values(self, count: int) -> list[Item | None]:
-        """The replies to ``count`` meta gets with flags ``v c t`` (see ``meta_get_pipeline``):
-        an ``Item`` for a hit, None for a miss (``take_values`` parses them)."""
-        buf, pos = self._unread, 0
-        found: list[Item | None] = []
-        stamp = b"/%d" % self._connection
-        while True:
-            try:
-                pos, need = take_values(buf, pos, count, found, stamp=stamp)
-            except ValueError as exc:
-                self._fail(str(exc))
-            if not need:
-                break
-            buf, pos = self._more(buf, pos, need)
-        self._unread = buf[pos:]
-        return found
-
-    def receive_quiet(self) -> bytes:
-        """The replies of one quiet pipeline (see ``quiet_append_pipeline``) up to its ``MN``,
-        which is left out: the refusals, one line each (``refusals`` parses them)."""
-        buf, pos = self._unread, 0
-        while (end := quiet_end(buf, pos)) < 0:
-            buf, pos = self._more(buf, pos, len(buf) - pos + 1)
-        self._unread = buf[end:]
-        return buf[pos : end - len(QUIET_END)]
-
-    def refusals(self, replies: bytes, suffix: bytes) -> list[bytes]:
-        """The keys a quiet append pipeline's ``replies`` (``receive_quiet``) say were not
-        stored, without the ``suffix`` they were sent with. Any other reply (an error) closes
-        the connection and raises: it is not known which command it answered."""
-        if not replies:  # the common case: everything stored
-            return []
-        keys = []
-        cut = len(suffix)
-        for line in replies.split(b"\r\n")[:-1]:
-            key = line[4:]
-            if not line.startswith(b"NS k") or not key.endswith(suffix):
-                self._fail(f"unexpected quiet append reply {line[:200]!r}")
-            keys.append(key[: len(key) - cut])
-        return keys
-
-    def _more(self, buf: bytes, pos: int, need: int) -> tuple[bytes, int]:
-        """``buf[pos:]`` grown to at least ``need`` bytes by reading the socket."""
-        chunks = [buf[pos:]]
-        have = len(chunks[0])
-        while have < need:
-            chunks.append(self._recv(max(need - have, 1 << 16)))
-            have += len(chunks[-1])
-        return b"".join(chunks), 0
-
-    def _recv(self, size: int) -> bytes:
-        """One read; a closed or failing connection raises ``CacheUnavailable``."""
-        if self._sock is None:
-            self._fail("nothing was sent")
-        try:
-            chunk = self._sock.recv(size)
-        except OSError as exc:
-            self._fail(str(exc))
-        if not chunk:
-            self._fail("connection closed")
-        return chunk
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-        self._sock = None
-        self._unread = b""
-
-    def _fail(self, reason: str) -> NoReturn:
-        self.close()
-        raise CacheUnavailable(f"memcached {self.name}: {reason}")
-
-    def reply_lines(self, replies: bytes, allowed: bytes = b"") -> list[bytes]:
-        """Reply lines without terminators; an error reply (other than ``allowed``) closes the
-        connection and raises."""
-        lines = replies.split(b"\r\n")[:-1]
-        for line in lines:
-            if line.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")) and line != allowed:
-                self._fail(line[:200].decode("ascii", "replace"))
-        return lines
-
-    def outcomes(self, replies: bytes, count: int) -> list[Outcome]:
-        """Per command of a store, CAS or meta-delete pipeline, its outcome. "Object too large"
-        is an answer about the item, not a broken connection (memcached reads and drops the
-        value and goes on), so it is returned, not raised."""
-        if replies == STORED * count:  # the common case, checked at C speed
-            return [Outcome.STORED] * count
-        lines = self.reply_lines(replies, allowed=TOO_LARGE)
-        try:
-            return [_OUTCOMES[line] for line in lines]
-        except KeyError:
-            self._fail(f"unexpected store reply in {sorted(set(lines) - set(_OUTCOMES))[:3]}")
 
 
 def store_pipeline(

@@ -1,0 +1,298 @@
+"""Where a key goes and under which epoch, and what a write that missed a server costs: the
+blocking client's side of the register (docs/design/cache-register.md).
+
+The router answers from the ring record under this process's lease (memcache/ring.py) and
+from this process's reachability (memcache/trust.py): which server owns a key, whether it may
+be read, how it may be written (``ServerUse``). It also keeps the client's ledger of
+exchanges left unanswered, from which ``missed`` judges a write a reader's answer made the
+writer skip. The executor (memcache/executor.py) asks it before an exchange and tells it what
+went unanswered after; every change of the record it makes is a compare-and-set:
+
+- **revoke**: a server missed a write; its epoch goes ``DOWN`` under a new value, and the
+  writer waits a lease period after it first saw that value (``hold``), so no lease taken
+  before still reads the items that missed the write when the writer's batch commits;
+- **advance**: a ``DOWN`` server that answers a probe goes ``RETURNING``; a lease period
+  after a process first saw it ``RETURNING`` it goes ``UP``.
+
+Invariant: no request is sent to a server except under a suffix ``use`` gave under the
+lease the exchange began with, and no reply is used once the record gives that server another
+suffix (``outlived``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+from timeline_fanout.memcache.pools import ServerPools
+from timeline_fanout.memcache.ring import (
+    MOVED,
+    EpochState,
+    Placement,
+    RecordChange,
+    RingRecord,
+    ServerEpoch,
+)
+from timeline_fanout.memcache.trust import ServerTrust, ServerUse
+from timeline_fanout.memcache.wire import CacheUnavailable, KeysMoving
+
+__all__ = ["Lease", "Router"]
+
+
+class Lease(NamedTuple):
+    """Where keys are, and the servers' epochs, both under one live lease on the record."""
+
+    placement: Placement
+    record: RingRecord
+
+
+def _stepped(node: str, before: ServerEpoch, after: ServerEpoch) -> RecordChange:
+    """A change of the record: ``node``'s epoch ``before`` becomes ``after`` (no change once
+    the record has left ``before``)."""
+
+    def change(stored: RingRecord) -> RingRecord | None:
+        return stored.with_epoch(node, after) if stored.epoch(node) == before else None
+
+    return change
+
+
+def _revoked(node: str, value: str, revoked: ServerEpoch) -> RecordChange:
+    """A revocation: ``node`` goes ``revoked`` if it is still under the epoch ``value``, up or
+    returning (a write under a returning epoch is missed by that epoch once it is up)."""
+
+    def change(stored: RingRecord) -> RingRecord | None:
+        now = stored.epoch(node)
+        if now.value != value or now.state is EpochState.DOWN:
+            return None
+        return stored.with_epoch(node, revoked)
+
+    return change
+
+
+class Router:
+    """One blocking client's placement, epochs and ledger of unanswered exchanges. ``trust``
+    may be shared with the process's other clients; ``sleep`` is how this client waits (a
+    hold, a list being built); ``brings_back``: whether this client makes ``advance``'s steps
+    (a client that only injects faults does not)."""
+
+    def __init__(
+        self,
+        trust: ServerTrust,
+        pools: ServerPools,
+        sleep: Callable[[float], None] = time.sleep,
+        brings_back: bool = True,
+    ) -> None:
+        self.trust = trust
+        self._pools = pools
+        self._sleep = sleep
+        self._brings_back = brings_back
+        self._unanswered_seq = 0  # exchanges left unanswered, counted (``checkpoint``)
+        # Per server, the count at its last unanswered exchange and the epoch it went under.
+        self._unanswered_at: dict[str, tuple[int, ServerEpoch]] = {}
+        # The count when a key was last answered as moving (memcache/ring.py): a writer that
+        # read a moved list's head as missing under one ring state may reach ``missed`` under
+        # the next, where the list is not moving any more (its lease ran out mid-write).
+        self._moving_at = 0
+
+    def placement(self) -> Placement | None:
+        """Where keys are now (memcache/ring.py); None when this process cannot know (its
+        ring lease ran out and the record cannot be read): then no key may be used."""
+        view = self.trust.ring
+        placement = view.renewed()
+        if placement is not None and view.record.returning_or_down():
+            self.advance()  # a step back may be due (probes back off); a probe takes time:
+            placement = view.renewed()  # the lease is renewed again if it ran out meanwhile
+        return placement
+
+    def lease(self) -> Lease | None:
+        """The placement and the epochs under the same live lease (None: no key is used)."""
+        placement = self.placement()
+        record = self.trust.ring.leased() if placement is not None else None
+        return None if placement is None or record is None else Lease(placement, record)
+
+    def record(self) -> RingRecord | None:
+        """The record under a live lease, read again if it ran out (a revocation's wait, a
+        slow exchange); None when it cannot be read."""
+        view = self.trust.ring
+        record = view.leased()
+        if record is None and self.placement() is not None:
+            record = view.leased()
+        return record
+
+    def available(self, keys: Sequence[bytes]) -> list[bool]:
+        """Per key, whether its server may be read now (up in the record under a live lease,
+        answering) and it is not moving between servers; only the servers that own ``keys``
+        are looked at."""
+        lease = self.lease()
+        if lease is None:
+            return [False] * len(keys)
+        owners = lease.placement.owners(keys)
+        usable = {
+            owner: self.use(lease.placement.nodes[owner], lease.record).readable
+            for owner in set(owners)
+            if owner != MOVED
+        }
+        return [owner != MOVED and usable[owner] for owner in owners]
+
+    def server_for(self, key: bytes) -> str:
+        """The server ``key`` is on (``ValueError`` while it moves)."""
+        placement = self.placement()
+        owner = MOVED if placement is None else placement.owners([key])[0]
+        if placement is None or owner == MOVED:
+            raise ValueError(f"{key!r} is moving between servers")
+        return placement.nodes[owner]
+
+    def use(self, node: str, record: RingRecord | None) -> ServerUse:
+        """How ``node`` may be used under ``record``, probing it first if this process found
+        it down and a probe is due (a server down in the record is probed by ``advance``)."""
+        trust = self.trust
+        if (
+            record is not None
+            and record.epoch(node).state is not EpochState.DOWN
+            and trust.was_down(node)
+            and not trust.is_down(node)
+        ):
+            self._probe(node)
+        return trust.use(node, record)
+
+    def _probe(self, node: str) -> bool:
+        answers = self._pools.answers(node)
+        if answers:
+            self.trust.mark_up(node)
+        else:
+            self.trust.mark_down(node)
+        return answers
+
+    def failed(self, node: str) -> None:
+        """``node`` failed mid-exchange: its connection closed (its replies unread), down."""
+        self._pools.pipe(node).close()
+        self.trust.mark_down(node)
+
+    # -- the ledger of unanswered exchanges ----------------------------------------------------
+
+    def checkpoint(self) -> int:
+        """A mark to pass to ``missed``: the exchanges left unanswered so far."""
+        return self._unanswered_seq
+
+    def unanswered(self, node: str, use: ServerUse) -> None:
+        """An exchange with ``node`` under ``use`` was answered as a server holding nothing
+        would: a writer's skip decided by it is missed by that server, unless ``use`` says a
+        skip there is no missed write."""
+        self._unanswered_seq += 1
+        if use.skip_is_missed:
+            self._unanswered_at[node] = (self._unanswered_seq, use.epoch)
+
+    def moving(self) -> None:
+        """Keys moving between servers were answered as missing (memcache/ring.py)."""
+        self._moving_at = self._unanswered_seq = self._unanswered_seq + 1
+
+    def missed(self, keys: Sequence[bytes], since: int) -> None:
+        """A writer skipped ``keys``: those whose server left an exchange unanswered after
+        ``since`` (a ``checkpoint``), or is unavailable now, may have been skipped because of
+        it (a read that decides a write missed them), so that server missed writes and is
+        revoked, as if they had been sent (``CacheUnavailable`` if nothing can record it). A
+        key moving between servers raises ``KeysMoving``: the write must be made again
+        once this process uses the ring's next state (memcache/ring.py)."""
+        placement = self.placement()
+        owners = [MOVED] * len(keys) if placement is None else placement.owners(keys)
+        if MOVED in owners or (keys and self._moving_at > since):
+            # A skip decided by a moving key's made-up answer (a head read as missing) is not
+            # an absence, even if this process has moved on to the next ring state since.
+            raise KeysMoving("memcached ring: keys written are moving between servers")
+        assert placement is not None  # no owner is MOVED
+        for node in sorted({placement.nodes[o] for o in owners}):
+            seq, epoch = self._unanswered_at.get(node, (0, None))
+            if epoch is not None and seq > since:
+                self.revoke(node, epoch)
+                continue
+            record = self.record()
+            if record is None:  # the record cannot be read: made again under the next lease
+                raise KeysMoving("memcached ring: no lease on the record to judge a skipped write")
+            use = self.use(node, record)
+            if use.suffix is None and use.skip_is_missed:
+                self.revoke(node, use.epoch)
+            else:  # down in the record (free), or absent under an epoch not up yet
+                self.hold(node, use.epoch)
+
+    # -- epochs in the record ----------------------------------------------------------------
+
+    def outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
+        """Servers whose use changed during an exchange (the record, read again if the lease
+        ran out meanwhile, gives them another epoch, or none can be read): their replies are
+        treated as unanswered. A lease guarantees that its epoch is not revoked with a commit
+        behind the revocation only while it lasts, and a request may be sent, and answered,
+        up to a timeout after its lease was checked: an answer from a revoked epoch, arriving
+        after the revoking writer committed, would miss that writer's write."""
+        record = self.record()
+        return [n for n, suffix in suffixes.items() if self.use(n, record).suffix != suffix]
+
+    def revoke(self, node: str, epoch: ServerEpoch) -> None:
+        """``node`` missed a write sent (or skipped) under ``epoch``: the record gives it a new
+        epoch, ``DOWN``, by compare-and-set (unless the record has left ``epoch`` already),
+        and this returns a lease period after this process first saw the record without
+        ``epoch``: every lease taken before has run out, and no process reads the items that
+        missed the write. ``CacheUnavailable`` when the record cannot be read or written: then
+        nothing records that its items are stale, and the caller must not go on."""
+        if epoch.state is EpochState.DOWN:  # no write is sent under one: no lease was held
+            raise CacheUnavailable(f"memcached {node}: missed writes, and no lease on the record")
+        revoked = ServerEpoch(self.trust.new_epoch(), EpochState.DOWN)
+        record = self.trust.ring.update(_revoked(node, epoch.value, revoked))
+        if record is None:
+            raise CacheUnavailable(f"memcached {node}: missed writes, and no record of it")
+        self.hold(node, record.epoch(node))
+
+    def hold(self, node: str, epoch: ServerEpoch) -> None:
+        """Returns once every lease on an epoch of ``node`` older than ``epoch`` has run out
+        (``ServerTrust.held_until``): a write made, skipped or missed there is then read by no
+        process through an older epoch's items."""
+        trust = self.trust
+        self.wait(trust.held_until(node, epoch) - trust.clock())
+
+    def advance(self) -> None:
+        """Brings servers back, one step of the record each: a server ``DOWN`` that answers a
+        probe becomes ``RETURNING`` under its new epoch; one ``RETURNING`` for a lease period
+        since this process first saw it becomes ``UP`` (every lease taken while it was down
+        has run out, so no writer skips a write to it any more). Processes racing make the
+        same step, and the compare-and-set lets one of them make it."""
+        view = self.trust.ring
+        record = view.leased()
+        if not self._brings_back or record is None or not record.returning_or_down():
+            return
+        for node in record.used:
+            epoch = record.epoch(node)
+            if epoch.state is EpochState.DOWN:
+                if self.trust.is_down(node) or not self._probe(node):
+                    continue
+                after = ServerEpoch(epoch.value, EpochState.RETURNING)
+            elif (
+                epoch.state is EpochState.UP
+                or self.trust.was_down(node)
+                or view.clock() < view.first_seen(node, epoch) + view.stale_s
+            ):
+                continue
+            else:
+                after = ServerEpoch(epoch.value, EpochState.UP)
+            view.update(_stepped(node, epoch, after))
+
+    def wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self._sleep(seconds)
+
+    def unusable(self) -> list[str]:
+        """The servers of this process's ring state that cannot be read and filled now."""
+        record = self.trust.ring.leased() if self.placement() is not None else None
+        uses = [(s, self.use(s, record)) for s in self.trust.servers]
+        return [server for server, use in uses if not (use.readable and use.creates)]
+
+    def settle(self) -> None:
+        """Returns once every server is usable (up in the record for a lease, answering),
+        bringing servers back meanwhile (two lease periods for one that was down);
+        ``CacheUnavailable`` if one is still not after a few lease periods."""
+        view = self.trust.ring
+        deadline = view.clock() + 3 * view.stale_s + 4 * self.trust.settings.timeout_s + 1.0
+        while (waiting := self.unusable()) and view.clock() < deadline:
+            self.advance()
+            self.wait(min(view.stale_s, 1.0) / 10 or 0.01)
+        if waiting:
+            raise CacheUnavailable(f"memcached {waiting[0]}: not usable")
