@@ -7,27 +7,27 @@ import importlib
 import sys
 from pathlib import Path
 
-from bench.report import Report
+from bench.support.report import Report
 from timeline_fanout.cli.recorded_settings import load_settings
 
 BENCHMARKS = {
-    "fanout-rate": "bench.fanout_rate",
-    "fanout-appends": "bench.fanout_appends",
-    "graph-ingest": "bench.graph_ingest",
-    "list-reads": "bench.list_reads",
-    "contended-unfollow": "bench.contended_unfollow",
-    "timeline-reads": "bench.timeline_reads",
-    "api": "bench.api_http",
-    "member-pages": "bench.member_pages",
-    "group-protocol": "bench.group_protocol",
-    "heavy-following": "bench.heavy_following",
-    "post-deletion": "bench.post_deletion",
-    "member-counts": "bench.member_counts",
-    "capacity": "bench.capacity",
-    "capacity-model": "bench.capacity_model",
-    "failover": "bench.failover",
-    "ring-change": "bench.ring_change",
-    "native-core": "bench.native_core",
+    "fanout-rate": "bench.fanout.fanout_rate",
+    "fanout-appends": "bench.fanout.fanout_appends",
+    "graph-ingest": "bench.graph.graph_ingest",
+    "list-reads": "bench.graph.list_reads",
+    "contended-unfollow": "bench.graph.contended_unfollow",
+    "timeline-reads": "bench.reads.timeline_reads",
+    "api": "bench.reads.api_http",
+    "member-pages": "bench.reads.member_pages",
+    "group-protocol": "bench.brokers.group_protocol",
+    "heavy-following": "bench.reads.heavy_following",
+    "post-deletion": "bench.fanout.post_deletion",
+    "member-counts": "bench.graph.member_counts",
+    "capacity": "bench.capacity.capacity",
+    "capacity-model": "bench.capacity.capacity_model",
+    "failover": "bench.cache.failover",
+    "ring-change": "bench.cache.ring_change",
+    "native-core": "bench.fanout.native_core",
 }
 
 

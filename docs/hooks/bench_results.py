@@ -13,8 +13,8 @@ mostly empty columns of the rows it compares. A nested object becomes dotted col
 nothing.
 
 The build never fails on a results file: a file that does not parse or lacks the fields
-``bench.report.Report`` writes renders as a one-line note under its heading, and so does a file
-that is computed rather than measured (``COMPUTED``).
+``bench.support.report.Report`` writes renders as a one-line note under its heading, and so does
+a file that is computed rather than measured (``COMPUTED``).
 """
 
 from __future__ import annotations

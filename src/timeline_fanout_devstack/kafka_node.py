@@ -120,7 +120,8 @@ def server_properties(node: KafkaNode, voters: Sequence[KafkaNode]) -> str:
         "share.coordinator.state.topic.replication.factor": replicas,
         "share.coordinator.state.topic.min.isr": min(2, replicas),
         "group.initial.rebalance.delay.ms": 0,
-        # KIP-848 groups may be given sessions as short as classic ones (bench/group_protocol.py).
+        # KIP-848 groups may be given sessions as short as classic ones
+        # (bench/brokers/group_protocol.py).
         "group.consumer.min.session.timeout.ms": 6000,
         "group.consumer.min.heartbeat.interval.ms": 1000,
     }

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.server import api_server
+from bench.support.server import api_server
 from tests.api.conftest import SECRET, Graph, hs256
 from timeline_fanout.cli.settings import Settings
 

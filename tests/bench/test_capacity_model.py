@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import capacity_model as model
-from bench.capacity_model import Measured, Plan, Workload, followers, plan, zipf_norm
+from bench.capacity import capacity_model as model
+from bench.capacity.capacity_model import Measured, Plan, Workload, followers, plan, zipf_norm
 
 MEASURED = model.load_measured()
 SIZES = [10_000, 1_000_000, 30_000_000, 100_000_000, 1_000_000_000]

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.report import Report, checkout
+from bench.support.report import Report, checkout
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.server import api_server
+from bench.support.server import api_server
 from tests.fault.api_client import READ_LIMIT, Client, through_the_api
 from tests.fault.harness import ConsumerProcess, Model, compare, fault_settings, record
 from timeline_fanout.cli.settings import Settings

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from bench.server import api_server
+from bench.support.server import api_server
 from tests.fault.api_client import READ_LIMIT, Client, through_the_api
 from tests.fault.harness import (
     SIZE,

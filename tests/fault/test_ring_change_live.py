@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bench.server import api_server
+from bench.support.server import api_server
 from tests.conftest import run_cli
 from tests.fault.api_client import through_the_api
 from tests.fault.harness import (

@@ -84,7 +84,7 @@ class Settings(BaseSettings):
         1000, ge=1, description="max messages per fan-out consumer batch (posts, tasks)"
     )
     # Bigger graph batches collapse more events onto the same lists and spread each batch's
-    # round trips over more events (bench/graph_ingest.py: ~1.3x the rate of 1000). A batch
+    # round trips over more events (bench/graph/graph_ingest.py: ~1.3x the rate of 1000). A batch
     # takes only what is already fetched, so this adds no latency when traffic is light.
     graph_batch_size: int = Field(
         5000, ge=1, description="max messages per graph consumer batch (follows, unfollows)"
@@ -174,7 +174,7 @@ class Settings(BaseSettings):
         "this) and is rebuilt from the edge store: how long any divergence can last",
     )
     # Below ~10k followers one consumer delivers a post faster (~20 ms) than a round trip of
-    # chunk tasks through Kafka takes (bench/fanout_rate.py); the schema caps a chunk at 10k.
+    # chunk tasks through Kafka takes (bench/fanout/fanout_rate.py); the schema caps a chunk at 10k.
     chunk_size: int = Field(
         10_000,
         ge=1,

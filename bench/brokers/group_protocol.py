@@ -31,7 +31,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from bench.report import Report
+from bench.support.report import Report
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.kafka_log import logged
 from timeline_fanout.producers import create_topics

@@ -59,8 +59,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from bench.failover import BOUNDS, CountedStore
-from bench.report import Report
+from bench.cache.failover import BOUNDS, CountedStore
+from bench.support.report import Report
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.consumers.graph_apply import GraphApplier, Recorded
 from timeline_fanout.graph import ListSettings, ShardedLists

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bench.report import Report, percentiles, timed
+from bench.support.report import Report, percentiles, timed
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

@@ -13,9 +13,9 @@ import random
 import statistics
 import time
 
-from bench.process_cpu import process_cpu_s
-from bench.report import Report, percentiles
-from bench.server import api_process
+from bench.support.process_cpu import process_cpu_s
+from bench.support.report import Report, percentiles
+from bench.support.server import api_process
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

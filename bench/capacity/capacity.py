@@ -4,7 +4,7 @@ up to 1M users under a mixed load, against what the capacity model predicts for 
 Always (a few seconds): bytes per timeline entry and per list member, from memcached's own
 ``bytes`` counter around real deliveries and real follows, and bytes per edge and per post in
 the SQLite edge store, from its page count, all with 19-digit ids as in production. These are
-the ``sizes`` row that ``bench/capacity_model.py`` reads. Then (not with ``--quick``) the
+the ``sizes`` row that ``bench/capacity/capacity_model.py`` reads. Then (not with ``--quick``) the
 graph topic of a sandbox is raised from 2 to 6 partitions while two producers publish
 (``partition_change``): the ``partitions`` row.
 
@@ -45,10 +45,10 @@ from pathlib import Path
 
 import orjson
 
-from bench import capacity_model as model
-from bench.process_cpu import process_cpu_s
-from bench.report import Report, Row
-from bench.server import api_process
+from bench.capacity import capacity_model as model
+from bench.support.process_cpu import process_cpu_s
+from bench.support.report import Report, Row
+from bench.support.server import api_process
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings, environment

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bench.report import Report, Row, percentiles
+from bench.support.report import Report, Row, percentiles
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

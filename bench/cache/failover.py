@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.report import Report, percentiles
+from bench.support.report import Report, percentiles
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists

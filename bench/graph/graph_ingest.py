@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from bench.process_cpu import process_cpu_s
-from bench.raw_memcached import noreply_limit
-from bench.report import Report, Row
+from bench.cache.raw_memcached import noreply_limit
+from bench.support.process_cpu import process_cpu_s
+from bench.support.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

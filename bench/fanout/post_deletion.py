@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from pymemcache.client.base import Client
 
-from bench.graph_builder import build_followers
-from bench.report import Report, Row
+from bench.support.graph_builder import build_followers
+from bench.support.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

@@ -11,9 +11,9 @@ import http.client
 import random
 import statistics
 
-from bench.member_pages import timed_gets
-from bench.report import Report, percentiles
-from bench.server import api_process
+from bench.reads.member_pages import timed_gets
+from bench.support.report import Report, percentiles
+from bench.support.server import api_process
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

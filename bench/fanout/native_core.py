@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.report import Report, Row
+from bench.support.report import Report, Row
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph.lists.tokens import (
     decode,
@@ -84,7 +84,11 @@ def _peak_growth_mib(n: int, mode: str) -> float:
         data.write_bytes(_list_bytes(n))
         env = {**os.environ, "FANOUT_NATIVE": mode}
         done = subprocess.run(
-            [sys.executable, "-c", f"from bench.native_core import _held; _held({str(data)!r})"],
+            [
+                sys.executable,
+                "-c",
+                f"from bench.fanout.native_core import _held; _held({str(data)!r})",
+            ],
             env=env,
             capture_output=True,
             text=True,

@@ -39,7 +39,7 @@ from timeline_fanout.consumers.positions import OFFSET_BITS, position
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parents[1] / "results"
 
 # --- The workload: Twitter in 2012 -----------------------------------------------------------
 # Raffi Krikorian, "Timelines at Scale" (QCon San Francisco 2012): 150M active users, 300k

@@ -3,8 +3,8 @@ edge-store query for the same list."""
 
 from __future__ import annotations
 
-from bench.graph_builder import build_followers
-from bench.report import Report, percentiles, timed
+from bench.support.graph_builder import build_followers
+from bench.support.report import Report, percentiles, timed
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

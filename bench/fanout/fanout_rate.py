@@ -17,10 +17,10 @@ import time
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from bench.graph_builder import build_followers
-from bench.process_cpu import process_cpu_s
-from bench.raw_memcached import noreply_limit, pipelined
-from bench.report import Report, Row
+from bench.cache.raw_memcached import noreply_limit, pipelined
+from bench.support.graph_builder import build_followers
+from bench.support.process_cpu import process_cpu_s
+from bench.support.report import Report, Row
 from timeline_fanout.cli import gc_policy, wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

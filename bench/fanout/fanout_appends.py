@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from bench.raw_memcached import TOKEN, noreply_limit
-from bench.report import Report
+from bench.cache.raw_memcached import TOKEN, noreply_limit
+from bench.support.report import Report
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.memcache import MemcacheCluster

@@ -23,10 +23,10 @@ import statistics
 import time
 from typing import Any
 
-from bench.key_reads import watching
-from bench.report import Report
-from bench.server import api_server
-from bench.wrk import WrkError, WrkResult, run_wrk
+from bench.cache.key_reads import watching
+from bench.support.report import Report
+from bench.support.server import api_server
+from bench.support.wrk import WrkError, WrkResult, run_wrk
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import uvloop
 
-from bench.report import Report, Row, percentiles, timed
+from bench.support.report import Report, Row, percentiles, timed
 from timeline_fanout.api.routes.timelines import shown
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.sandbox import sandbox
