@@ -99,6 +99,24 @@ def test_debians_docker_compose_reads_the_compose_files(file: str) -> None:
     assert checked.returncode == 0, checked.stderr
 
 
+def test_podman_compose_reads_the_local_file() -> None:
+    """podman-compose (what .ci/build-images installs into .venv) reads the local file alone."""
+    binary = ROOT / ".venv/bin/podman-compose"
+    if not binary.exists() or shutil.which("podman") is None:
+        pytest.skip("podman-compose is not installed (.ci/build-images --tools-only installs it)")
+    checked = subprocess.run(
+        [binary, "-f", "docker-compose.local.yml", "config"],
+        cwd=ROOT,
+        env={**os.environ, "CONTAINERS_CONF": str(ROOT / "containers/podman/containers.conf")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "localhost/fanout-kafka:local" in checked.stdout
+
+
 def local_compose() -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.local.yml").read_text())
     return doc
