@@ -130,6 +130,10 @@ def test_the_local_file_runs_the_production_files_services_on_the_host() -> None
     the same services, commands, dependencies, policies and settings as docker-compose.yml,
     from local images on the host's network, one replica each on fixed loopback ports."""
     base, local = compose()["services"], local_compose()["services"]
+    # And a service for one-off commands, started by `run` only (docs/operations.md).
+    one_off = local.pop("fanout")
+    assert one_off["profiles"] == ["jobs"] and "restart" not in one_off
+    assert one_off["environment"] == local["topics"]["environment"]
     assert set(local) == set(base)
     assert set(local_compose()["volumes"]) == set(compose()["volumes"])
     for name, svc in local.items():
@@ -505,11 +509,13 @@ def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(
     assert not timelines_match(stack, follows, posts)
     for which in ("graph", "fanout"):
         done = engine.compose(
+            "--profile",
+            "jobs",
             "run",
             "--rm",
             "-T",
             "--no-deps",
-            "graph-consumer",
+            "fanout",
             "replay",
             which,
             "--from-beginning",
@@ -520,7 +526,7 @@ def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(
         assert "replayed" in done.stdout + done.stderr
     assert timelines_match(stack, follows, posts)
     one_offs = engine(
-        "ps", "-a", "--filter", f"name=graph-consumer{engine.one_off_marker}", "-q"
+        "ps", "-a", "--filter", f"name={PROJECT}_fanout{engine.one_off_marker}", "-q"
     ).stdout.split()
     assert one_offs == []  # --rm: gone
 
