@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +19,7 @@ import pymongo
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
+from jsonschema import Draft7Validator
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tests.compose_engines import (
@@ -97,6 +100,22 @@ def test_debians_docker_compose_reads_the_compose_files(file: str) -> None:
         check=False,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("file", ["docker-compose.yml", "docker-compose.local.yml"])
+def test_the_compose_files_keep_to_the_compose_specification(file: str) -> None:
+    """The Compose specification's schema, which Compose v2 validates every file against:
+    tests/deploy/compose-spec.json is schema/compose-spec.json of compose-spec/compose-spec
+    (Apache-2.0) at commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6 (June 2026). Plain YAML
+    too: no tags that only some composes parse."""
+    schema = json.loads((ROOT / "tests/deploy/compose-spec.json").read_text())
+    text = (ROOT / file).read_text()
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in Draft7Validator(schema).iter_errors(yaml.safe_load(text))
+    ]
+    assert errors == []
+    assert not re.search(r"(?m)^[^#]*:\s*!\w", text)  # !reset, !override
 
 
 def test_podman_compose_reads_the_local_file() -> None:
