@@ -287,8 +287,9 @@ def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> N
 # Builds every image from a cold cache with `.ci/build-images`, brings the local compose profile
 # up and drives it from the host, on each engine FANOUT_CONTAINER_ENGINE names (podman, docker,
 # or both comma-separated, the default; tests/compose_engines.py): podman with podman-compose,
-# Docker with Debian's docker-compose 1.29. Gated: the cold build alone takes 3-5 minutes on 2
-# cores (two Debian bases from Debian's packages, the wheels, four images), beyond the CI budget.
+# Docker with Debian's docker-compose 1.29. Gated: the cold build alone takes 1-2 minutes with
+# podman and 4-5 with Docker on vfs, on 2 cores (two Debian bases from Debian's packages, the
+# wheels, four images), beyond the CI budget.
 # The services listen on fixed loopback ports (docker-compose.local.yml), so the tests share one
 # stack per engine, one engine after the other, and must run in one process: `-n 0`.
 
@@ -296,7 +297,7 @@ LIVE = os.environ.get("FANOUT_CONTAINERS") == "1"
 live = pytest.mark.skipif(
     not LIVE,
     reason="builds the images from a cold cache and drives the compose stack on podman and "
-    "Docker (~6 min each): set FANOUT_CONTAINERS=1 and run with -n 0",
+    "Docker (~4 and ~8 min): set FANOUT_CONTAINERS=1 and run with -n 0",
 )
 IMAGES = [
     "localhost/fanout-base-python:bookworm",
