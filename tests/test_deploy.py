@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,8 +19,19 @@ import pymongo
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
+from jsonschema import Draft7Validator
 from prometheus_client import CollectorRegistry, start_http_server
 
+from tests.compose_engines import (
+    ENGINES,
+    PROJECT,
+    Engine,
+    docker,
+    docker_engine_host,
+    podman,
+    script,
+    selected_engines,
+)
 from tests.pipeline_checks import (
     await_graph_applied,
     committed_lag,
@@ -71,14 +84,15 @@ def test_services_and_images() -> None:
     assert services["topics"]["restart"] == "no"
 
 
-def test_debians_docker_compose_reads_the_compose_file() -> None:
+@pytest.mark.parametrize("file", ["docker-compose.yml", "docker-compose.local.yml"])
+def test_debians_docker_compose_reads_the_compose_files(file: str) -> None:
     """docker-compose 1.29 (Debian's; .ci/docker-engine installs it beside docker.io) validates
-    the file as Compose v2 reads it."""
+    each file against the Compose specification's schema, as Compose v2 reads it."""
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.skip("docker-compose is not installed (.ci/docker-engine start installs it)")
     checked = subprocess.run(
-        [binary, "-f", "docker-compose.yml", "config", "--quiet"],
+        [binary, "-f", file, "config", "--quiet"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -86,6 +100,89 @@ def test_debians_docker_compose_reads_the_compose_file() -> None:
         check=False,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("file", ["docker-compose.yml", "docker-compose.local.yml"])
+def test_the_compose_files_keep_to_the_compose_specification(file: str) -> None:
+    """The Compose specification's schema, which Compose v2 validates every file against:
+    tests/deploy/compose-spec.json is schema/compose-spec.json of compose-spec/compose-spec
+    (Apache-2.0) at commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6 (June 2026). Plain YAML
+    too: no tags that only some composes parse."""
+    schema = json.loads((ROOT / "tests/deploy/compose-spec.json").read_text())
+    text = (ROOT / file).read_text()
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in Draft7Validator(schema).iter_errors(yaml.safe_load(text))
+    ]
+    assert errors == []
+    assert not re.search(r"(?m)^[^#]*:\s*!\w", text)  # !reset, !override
+
+
+def test_podman_compose_reads_the_local_file() -> None:
+    """podman-compose (what .ci/build-images installs into .venv) reads the local file alone."""
+    binary = ROOT / ".venv/bin/podman-compose"
+    if not binary.exists() or shutil.which("podman") is None:
+        pytest.skip("podman-compose is not installed (.ci/build-images --tools-only installs it)")
+    checked = subprocess.run(
+        [binary, "-f", "docker-compose.local.yml", "config"],
+        cwd=ROOT,
+        env={**os.environ, "CONTAINERS_CONF": str(ROOT / "containers/podman/containers.conf")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "localhost/fanout-kafka:local" in checked.stdout
+
+
+def local_compose() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.local.yml").read_text())
+    return doc
+
+
+ADDRESSES = {"FANOUT_KAFKA", "FANOUT_MEMCACHED", "FANOUT_EDGE_STORE"}
+
+
+def test_the_local_file_runs_the_production_files_services_on_the_host() -> None:
+    """docker-compose.local.yml is complete on its own (no override tags any compose lacks):
+    the same services, commands, dependencies, policies and settings as docker-compose.yml,
+    from local images on the host's network, one replica each on fixed loopback ports."""
+    base, local = compose()["services"], local_compose()["services"]
+    # And a service for one-off commands, started by `run` only (docs/operations.md).
+    one_off = local.pop("fanout")
+    assert one_off["profiles"] == ["jobs"] and "restart" not in one_off
+    assert one_off["environment"] == local["topics"]["environment"]
+    assert set(local) == set(base)
+    assert set(local_compose()["volumes"]) == set(compose()["volumes"])
+    for name, svc in local.items():
+        prod = base[name]
+        assert svc["image"].startswith("localhost/") and svc["pull_policy"] == "never", name
+        assert svc["network_mode"] == "host" and "ports" not in svc and "deploy" not in svc
+        assert "build" not in svc  # built by .ci/build-images
+        assert name == "topics" or "test" in svc["healthcheck"]
+        for key in ("init", "restart", "stop_grace_period"):
+            assert svc.get(key) == prod.get(key), (name, key)
+        conditions = {dep: spec["condition"] for dep, spec in svc.get("depends_on", {}).items()}
+        assert conditions == {
+            dep: spec["condition"] for dep, spec in prod.get("depends_on", {}).items()
+        }, name
+        assert [v.split(":")[1] for v in svc.get("volumes", [])] == [
+            v.split(":")[1] for v in prod.get("volumes", [])
+        ], name
+    for name in ("topics", "graph-consumer", "fanout-consumer", "api"):
+        env, prod_env = local[name]["environment"], base[name]["environment"]
+        assert set(env) <= set(prod_env), name
+        assert {k: v for k, v in env.items() if k not in ADDRESSES} == {
+            k: prod_env[k] for k in env if k not in ADDRESSES
+        }, name
+        assert env["FANOUT_KAFKA"] == "127.0.0.1:19092"
+    assert local["topics"]["command"] == base["topics"]["command"]
+    for name in ("graph-consumer", "fanout-consumer"):  # --metrics-port 0: replicas side by side
+        assert local[name]["command"] == [*base[name]["command"][:-1], "0"]
+    serve = local["api"]["command"]
+    assert serve[:3] == base["api"]["command"][:3]
+    assert serve[3:] == ["--host", "127.0.0.1", "--port", "18080"]  # no token key needed
 
 
 def test_consumers_are_scalable_healthy_and_wait_for_their_dependencies() -> None:
@@ -188,19 +285,20 @@ def test_the_image_installs_from_what_the_dockerfile_copies(tmp_path: Path) -> N
 # --- The containers themselves (FANOUT_CONTAINERS=1) ------------------------------------------
 #
 # Builds every image from a cold cache with `.ci/build-images`, brings the local compose profile
-# up with podman-compose and drives it from the host. Gated: the cold build alone takes 3-5
-# minutes on 2 cores (two Debian bases from Debian's packages, the wheels, four images), beyond
-# the CI budget. The services listen on fixed loopback ports (docker-compose.local.yml), so the
-# tests share one stack and must run in one process: `-n 0`.
+# up and drives it from the host, on each engine FANOUT_CONTAINER_ENGINE names (podman, docker,
+# or both comma-separated, the default; tests/compose_engines.py): podman with podman-compose,
+# Docker with Debian's docker-compose 1.29. Gated: the cold build alone takes 1-2 minutes with
+# podman and 4-5 with Docker on vfs, on 2 cores (two Debian bases from Debian's packages, the
+# wheels, four images), beyond the CI budget.
+# The services listen on fixed loopback ports (docker-compose.local.yml), so the tests share one
+# stack per engine, one engine after the other, and must run in one process: `-n 0`.
 
 LIVE = os.environ.get("FANOUT_CONTAINERS") == "1"
 live = pytest.mark.skipif(
     not LIVE,
-    reason="builds the images from a cold cache and drives the podman stack (~6 min): "
-    "set FANOUT_CONTAINERS=1 and run with -n 0",
+    reason="builds the images from a cold cache and drives the compose stack on podman and "
+    "Docker (~4 and ~8 min): set FANOUT_CONTAINERS=1 and run with -n 0",
 )
-PROJECT = "timeline-fanout"
-COMPOSE_FILES = ["-p", PROJECT, "-f", "docker-compose.yml", "-f", "docker-compose.local.yml"]
 IMAGES = [
     "localhost/fanout-base-python:bookworm",
     "localhost/fanout-base-stack:bookworm",
@@ -210,84 +308,40 @@ IMAGES = [
     "localhost/fanout-ferretdb:local",
 ]
 BACKING = ["kafka", "mongo", "memcached-a", "memcached-b"]
+SERVICES = ["graph-consumer", "fanout-consumer", "api"]
 LOCAL_PORTS = [19092, 19093, 11311, 11312, 27018, 18080]
 KAFKA = "127.0.0.1:19092"
-GRACE_S = 30.0  # stop_grace_period of the consumers in docker-compose.yml
-FIGURES: dict[str, float] = {}  # printed at the end of the module's run
-
-
-def podman_env() -> dict[str, str]:
-    return {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers/podman/containers.conf")}
-
-
-def podman(
-    *args: str, check: bool = True, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        ["podman", *args],
-        env=podman_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if check:
-        assert done.returncode == 0, f"podman {' '.join(args)}: {done.stderr[-2000:]}"
-    return done
-
-
-def podman_compose(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    argv = [str(Path(sys.executable).parent / "podman-compose"), *COMPOSE_FILES, *args]
-    done = subprocess.run(
-        argv, cwd=ROOT, env=podman_env(), capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, f"{' '.join(args)}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
-    return done
+GRACE_S = 30.0  # stop_grace_period of the consumers in the compose files
+FIGURES: dict[str, dict[str, float]] = {}  # per engine, printed once its stack is down
 
 
 def container(service: str, index: int = 1) -> str:
     return f"{PROJECT}_{service}_{index}"
 
 
-def inspect(name: str, field: str) -> str:
-    return podman("inspect", "--format", "{{" + field + "}}", name).stdout.strip()
-
-
-def healthy(name: str) -> bool:
-    return podman("healthcheck", "run", name, check=False, timeout=60).returncode == 0
-
-
-def await_healthy(names: list[str], seconds: float) -> None:
+def await_healthy(engine: Engine, names: list[str], seconds: float) -> None:
     for name in names:
-        until(lambda n=name: healthy(n), seconds, f"{name} healthy")  # type: ignore[misc]
+        until(lambda n=name: engine.healthy(n), seconds, f"{name} healthy")  # type: ignore[misc]
 
 
-def up_in_order() -> float:
-    """The stack up, dependencies first: podman 4.3 runs no healthcheck by itself (no systemd)
-    and podman-compose ignores `service_healthy` before podman 4.6, so the order of
-    docker-compose.yml's `depends_on` is enforced here; returns the seconds it took."""
+def up_in_order(engine: Engine) -> float:
+    """The stack up; returns the seconds until every service is healthy. docker-compose honours
+    the files' `depends_on` conditions itself. Podman 4.3 runs no healthcheck by itself (no
+    systemd) and podman-compose ignores `service_healthy` before podman 4.6, so there the order
+    is enforced here, each step with `--no-deps`."""
     start = time.monotonic()
-    podman_compose("up", "-d", "--no-build", "--no-deps", *BACKING)
-    await_healthy([container(s) for s in BACKING], 240)
-    podman_compose("up", "-d", "--no-build", "--no-deps", "topics")
-    assert podman("wait", container("topics"), timeout=120).stdout.strip() == "0"
-    services = ["graph-consumer", "fanout-consumer", "api"]
-    podman_compose("up", "-d", "--no-build", "--no-deps", *services)
-    await_healthy([container(s) for s in services], 180)
+    if engine.name == "docker":
+        engine.compose("up", "-d", "--no-build", timeout=600)
+        await_healthy(engine, [container(s) for s in [*BACKING, *SERVICES]], 240)
+        assert engine.inspect(container("topics"), ".State.ExitCode") == "0"
+        return time.monotonic() - start
+    engine.compose("up", "-d", "--no-build", "--no-deps", *BACKING)
+    await_healthy(engine, [container(s) for s in BACKING], 240)
+    engine.compose("up", "-d", "--no-build", "--no-deps", "topics")
+    assert engine("wait", container("topics"), timeout=120).stdout.strip() == "0"
+    engine.compose("up", "-d", "--no-build", "--no-deps", *SERVICES)
+    await_healthy(engine, [container(s) for s in SERVICES], 180)
     return time.monotonic() - start
-
-
-def down_everything() -> None:
-    """`down` knows the replicas its files declare, not those `--scale` added: remove the
-    project's containers by label, then its pod and volumes."""
-    podman_compose("down", "-v", "-t", "5")
-    label = f"label=io.podman.compose.project={PROJECT}"
-    leftover = podman("ps", "-a", "-q", "--filter", label).stdout.split()
-    if leftover:
-        podman("rm", "--force", "--volumes", *leftover)
-    podman("pod", "rm", "--force", f"pod_{PROJECT}", check=False)
-    for volume in ("kafka-data", "mongo-data"):
-        podman("volume", "rm", "--force", f"{PROJECT}_{volume}", check=False)
 
 
 def local_settings(home: Path) -> Settings:
@@ -302,59 +356,75 @@ def local_settings(home: Path) -> Settings:
     )
 
 
+@pytest.fixture(scope="module", params=selected_engines() if LIVE else ENGINES)
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """The engine with its tools installed. Docker: the engine that answers, else one that
+    `.ci/docker-engine start` starts here (and stops afterwards); skipped with the script's
+    reason only where none can be started."""
+    if request.param == "podman":
+        yield podman()
+        return
+    started_here = docker_engine_host() is None
+    begun = script(".ci/docker-engine", "start", env=dict(os.environ), timeout=900)
+    if begun.returncode != 0:
+        pytest.skip(f"no Docker engine could be started: {begun.stderr[-1500:]}")
+    try:
+        yield docker(begun.stdout.strip().removeprefix("DOCKER_HOST="))
+    finally:
+        if started_here:
+            script(".ci/docker-engine", "stop", env=dict(os.environ), timeout=120)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def stack(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """The local profile up on ``engine``, from images built from a cold cache (unless
+    ``FANOUT_IMAGES_BUILT=1`` says the caller built them from the current sources)."""
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         pytest.fail("the container tests share one stack on fixed ports: run them with -n 0")
     for port in LOCAL_PORTS:
         with socket.socket() as probe:
             busy = probe.connect_ex(("127.0.0.1", port)) == 0
         assert not busy, f"port {port} of the local compose profile is taken"
-    tools = subprocess.run(
-        ["bash", ".ci/build-images", "--tools-only"],  # podman and podman-compose, when missing
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    figures = FIGURES.setdefault(engine.name, {})
+    engine.down()
+    if os.environ.get("FANOUT_IMAGES_BUILT") != "1":
+        for image in IMAGES:
+            engine("rmi", "--force", image, check=False)
+        start = time.monotonic()
+        built = script(
+            ".ci/build-images",
+            "--engine",
+            engine.name,
+            "--rebuild-bases",
+            env=engine.env,
+            timeout=1800,
+        )
+        figures["cold build s"] = time.monotonic() - start
+        assert built.returncode == 0, built.stderr[-3000:]
+    figures["stack up s"] = up_in_order(engine)
+    yield local_settings(tmp_path_factory.mktemp(f"host-{engine.name}"))
+    engine.down()
+    assert engine.project_containers() == []
+    print(
+        f"\ncontainer figures ({engine.name}): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in figures.items())
     )
-    assert tools.returncode == 0, tools.stderr[-3000:]
-    down_everything()
-    for image in IMAGES:
-        podman("rmi", "--force", image, check=False)
-    start = time.monotonic()
-    built = subprocess.run(
-        ["bash", ".ci/build-images", "--rebuild-bases"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    FIGURES["cold build s"] = time.monotonic() - start
-    assert built.returncode == 0, built.stderr[-3000:]
-    FIGURES["stack up s"] = up_in_order()
-    yield local_settings(tmp_path_factory.mktemp("host"))
-    down_everything()
-    assert (
-        podman("ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}").stdout
-        == ""
-    )
-    print("\ncontainer figures: " + ", ".join(f"{k} {v:.1f}" for k, v in FIGURES.items()))
 
 
 @live
-def test_the_cold_built_stack_comes_up_healthy(stack: Settings) -> None:
+def test_the_cold_built_stack_comes_up_healthy(engine: Engine, stack: Settings) -> None:
     for image in IMAGES:
-        assert podman("image", "exists", image, check=False).returncode == 0, image
-    user = inspect(container("fanout-consumer"), ".Config.User")
+        assert engine.image_exists(image), image
+    user = engine.inspect(container("fanout-consumer"), ".Config.User")
     assert user == "fanout"
-    for service in [*BACKING, "graph-consumer", "fanout-consumer", "api"]:
-        assert healthy(container(service)), service
+    for service in [*BACKING, *SERVICES]:
+        assert engine.healthy(container(service)), service
     # The product only: no sources, tests or pip in the project's image.
-    listing = podman(
+    listing = engine(
         "run",
         "--rm",
+        "--network",
+        "host",
         "--entrypoint",
         "sh",
         "localhost/timeline-fanout:latest",
@@ -366,14 +436,14 @@ def test_the_cold_built_stack_comes_up_healthy(stack: Settings) -> None:
 
 
 @live
-def test_events_published_on_the_host_reach_every_timeline(stack: Settings) -> None:
+def test_events_published_on_the_host_reach_every_timeline(engine: Engine, stack: Settings) -> None:
     follows = publish_graph(stack, "reach", users=40, authors=6)
     await_graph_applied(stack)
     authors = [f"reacha{j}" for j in range(6)]
     start = time.monotonic()
     posts = publish_posts(stack, authors, 60, "reach")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
-    FIGURES["60 posts to 40 timelines s"] = time.monotonic() - start
+    FIGURES[engine.name]["60 posts to 40 timelines s"] = time.monotonic() - start
 
 
 def group_assignment(group: str) -> dict[str, set[tuple[str, int]]]:
@@ -386,11 +456,13 @@ def group_assignment(group: str) -> dict[str, set[tuple[str, int]]]:
 
 
 @live
-def test_three_scaled_fanout_consumers_share_the_partitions(stack: Settings) -> None:
-    podman_compose(
+def test_three_scaled_fanout_consumers_share_the_partitions(
+    engine: Engine, stack: Settings
+) -> None:
+    engine.compose(
         "up", "-d", "--no-build", "--no-deps", "--scale", "fanout-consumer=3", "fanout-consumer"
     )
-    await_healthy([container("fanout-consumer", i) for i in (1, 2, 3)], 180)
+    await_healthy(engine, [container("fanout-consumer", i) for i in (1, 2, 3)], 180)
     everything = {(t, p) for t in ("fanout.posts", "fanout.fanout-tasks") for p in range(12)}
 
     def shared() -> dict[str, set[tuple[str, int]]] | None:
@@ -411,35 +483,41 @@ def test_three_scaled_fanout_consumers_share_the_partitions(stack: Settings) -> 
 
 
 @live
-def test_a_consumer_killed_with_sigkill_is_restarted_and_nothing_is_lost(stack: Settings) -> None:
+def test_a_consumer_killed_with_sigkill_is_restarted_and_nothing_is_lost(
+    engine: Engine, stack: Settings
+) -> None:
     name = container("fanout-consumer")
     follows = publish_graph(stack, "kill", users=30, authors=5)
     await_graph_applied(stack)
     authors = [f"killa{j}" for j in range(5)]
     posts = publish_posts(stack, authors, 200, "kill-before")
-    started = inspect(name, ".State.StartedAt")
-    init_pid = int(inspect(name, ".State.Pid"))  # catatonit (init: true); the consumer under it
+    started = engine.inspect(name, ".State.StartedAt")
+    # The init process (init: true: catatonit under podman, docker-init under Docker); the
+    # consumer is its child.
+    init_pid = int(engine.inspect(name, ".State.Pid"))
     children = Path(f"/proc/{init_pid}/task/{init_pid}/children").read_text().split()
     killed_at = time.monotonic()
     os.kill(int(children[0]), signal.SIGKILL)
     until(
         lambda: (
-            inspect(name, ".State.Running") == "true"
-            and inspect(name, ".State.StartedAt") != started
+            engine.inspect(name, ".State.Running") == "true"
+            and engine.inspect(name, ".State.StartedAt") != started
         ),
         60,
         "the killed consumer's container running again",
     )
-    FIGURES["kill -9 to running again s"] = time.monotonic() - killed_at
-    await_healthy([name], 120)
-    FIGURES["kill -9 to healthy s"] = time.monotonic() - killed_at
-    assert int(inspect(name, ".RestartCount")) >= 1
+    FIGURES[engine.name]["kill -9 to running again s"] = time.monotonic() - killed_at
+    await_healthy(engine, [name], 120)
+    FIGURES[engine.name]["kill -9 to healthy s"] = time.monotonic() - killed_at
+    assert int(engine.inspect(name, ".RestartCount")) >= 1
     posts |= publish_posts(stack, authors, 100, "kill-after")
     until(lambda: timelines_match(stack, follows, posts), 180, "every timeline complete")
 
 
 @live
-def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(stack: Settings) -> None:
+def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(
+    engine: Engine, stack: Settings
+) -> None:
     follows = publish_graph(stack, "replay", users=20, authors=4)
     await_graph_applied(stack)
     authors = [f"replaya{j}" for j in range(4)]
@@ -450,11 +528,14 @@ def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(stack: Setti
     MemcacheCluster(stack.memcached_servers).flush_all()
     assert not timelines_match(stack, follows, posts)
     for which in ("graph", "fanout"):
-        done = podman_compose(
+        done = engine.compose(
+            "--profile",
+            "jobs",
             "run",
             "--rm",
+            "-T",
             "--no-deps",
-            "graph-consumer",
+            "fanout",
             "replay",
             which,
             "--from-beginning",
@@ -464,31 +545,33 @@ def test_replay_runs_as_a_one_off_container_and_rebuilds_lost_state(stack: Setti
         )
         assert "replayed" in done.stdout + done.stderr
     assert timelines_match(stack, follows, posts)
-    one_offs = podman("ps", "-a", "--filter", "name=graph-consumer_tmp", "-q").stdout.split()
+    one_offs = engine(
+        "ps", "-a", "--filter", f"name={PROJECT}_fanout{engine.one_off_marker}", "-q"
+    ).stdout.split()
     assert one_offs == []  # --rm: gone
 
 
 @live
-def test_sigterm_commits_and_exits_within_the_grace_period(stack: Settings) -> None:
+def test_sigterm_commits_and_exits_within_the_grace_period(engine: Engine, stack: Settings) -> None:
     follows = publish_graph(stack, "stop", users=20, authors=4)
     await_graph_applied(stack)
     authors = [f"stopa{j}" for j in range(4)]
     posts = publish_posts(stack, authors, 300, "stop")
-    names = podman(
+    names = engine(
         "ps", "--filter", f"name={PROJECT}_fanout-consumer_", "--format", "{{.Names}}"
     ).stdout.split()
     assert names
     start = time.monotonic()  # while the posts are being delivered
-    podman("stop", "--time", str(int(GRACE_S)), *names, timeout=GRACE_S + 60)
-    FIGURES["SIGTERM to exited s"] = time.monotonic() - start
+    engine("stop", "--time", str(int(GRACE_S)), *names, timeout=GRACE_S + 60)
+    FIGURES[engine.name]["SIGTERM to exited s"] = time.monotonic() - start
     assert time.monotonic() - start < GRACE_S
     for name in names:
-        logs = podman("logs", name)
-        assert inspect(name, ".State.ExitCode") == "0", logs.stderr[-2000:]
+        logs = engine("logs", name)
+        assert engine.inspect(name, ".State.ExitCode") == "0", logs.stderr[-2000:]
         assert "signal 15: finishing the current batch" in logs.stdout + logs.stderr
     # What the stopped consumers applied was committed: started again, they finish the rest and
     # every timeline is complete, each post once.
-    podman("start", *names)
+    engine("start", *names)
     until(lambda: committed_lag(stack, "fanout", "fanout.posts") == 0, 120, "posts committed")
     until(lambda: timelines_match(stack, follows, posts), 120, "every timeline complete")
 
