@@ -53,6 +53,7 @@ from timeline_fanout.consumers.positions import OFFSET_BITS, Origin, Positioned,
 from timeline_fanout.graph import lists as graph_lists
 from timeline_fanout.graph.failures import Failure as FailureClass
 from timeline_fanout.graph.lists.capped import CappedLayout
+from timeline_fanout.graph.lists.fencing import FILLING
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import ListSettings, TokenLists
 from timeline_fanout.graph.model.edges import (
@@ -1185,7 +1186,7 @@ class _Forensics:
             value = written[0] if isinstance(written, tuple) else written
             if value == post_bodies.DELETED:
                 deleted = True
-            elif deleted and value != post_bodies.FILLING:
+            elif deleted and value != FILLING:
                 return "body-resurrected"
         return "body-ignored" if deleted else "deletion-unwritten"
 

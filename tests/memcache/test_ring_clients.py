@@ -112,6 +112,33 @@ def test_a_moving_key_is_missing_for_reads_and_refused_for_writes(four: list[str
     assert process.read_on_loop(stayed) == dict.fromkeys(stayed, b"v") | {stayed[0]: b"vw"}
 
 
+def test_a_readers_fills_of_a_moving_key_are_refused_and_the_rest_are_made(
+    four: list[str],
+) -> None:
+    source = HeldRing(RingRecord.of(four[:3]))
+    process = Clients(four[:3], source)
+    process.blocking.settle()
+    record = source.record
+    assert record is not None
+    assert source.swap_ring(record, record.moved_to(four))
+    process.switch()
+    moved, stayed = split(source.record or record)
+    fills = process.blocking.fills()
+    both = [moved[0], stayed[0]]
+    assert fills.add_many(dict.fromkeys(both, b"~")) == {
+        moved[0]: Outcome.NOT_STORED,
+        stayed[0]: Outcome.STORED,
+    }
+    items = process.blocking.gets_many(both)
+    assert set(items) == {stayed[0]}
+    writes = {moved[0]: (b"v", b"1/1"), stayed[0]: (b"v", items[stayed[0]].cas)}
+    assert fills.cas_many(writes) == {moved[0]: Outcome.NOT_FOUND, stayed[0]: Outcome.STORED}
+    fills.delete_many(both)
+    assert process.blocking.get_many(both) == {}
+    with pytest.raises(CacheUnavailable, match="moving"):  # the writer's client still raises
+        process.blocking.add_many({moved[0]: b"~"})
+
+
 def test_a_moved_key_is_one_item_for_both_clients_under_its_new_name(four: list[str]) -> None:
     source = HeldRing(RingRecord.of(four[:3]))
     old = Clients(four[:3], source)

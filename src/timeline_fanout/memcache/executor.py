@@ -106,7 +106,7 @@ class Executor:
         # Parses the replies made up for moving keys (memcache/ring.py); never connected.
         self._nowhere = ServerPipe("moving", 0, router.trust.settings.timeout_s)
 
-    def run(self, jobs: Sequence[Job]) -> list[Answered]:
+    def run(self, jobs: Sequence[Job], refuse_moving: bool = False) -> list[Answered]:
         """Every job's commands, split by server, each key sent under its name
         (memcache/ring.py) with its server's epoch suffix. Reads that bring values back keep
         one write in flight (their replies are big; a second write could stall against them).
@@ -119,7 +119,9 @@ class Executor:
 
         A key moving between servers (memcache/ring.py) is read as missing; a write to one is
         not sent, and raises ``KeysMoving`` once the rest is done: the writer's batch
-        must wait for this process's next ring state, and is made again then."""
+        must wait for this process's next ring state, and is made again then. With
+        ``refuse_moving`` (a reader's best-effort fill) such a write is answered as refused
+        instead (NOT_STORED, NOT_FOUND), and nothing is raised."""
         router = self._router
         lease = router.lease()
         placement = lease.placement if lease is not None else None
@@ -137,8 +139,11 @@ class Executor:
             if MOVED in owners:  # answered as no server: it holds nothing, keeps nothing
                 router.moving()
                 moving = [k for k, o in zip(job.keys, owners, strict=True) if o == MOVED]
-                done.append(Answered(index, self._nowhere, moving, job.unanswered(moving)))
-                unwritten = unwritten or job.absent is not None
+                made_up = job.unanswered(moving)
+                if refuse_moving and job.absent is not None and not job.quiet:
+                    made_up = made_up.replace(_STORED_LINE, b"NOT_STORED\r\n")
+                done.append(Answered(index, self._nowhere, moving, made_up))
+                unwritten = unwritten or (job.absent is not None and not refuse_moving)
             for at, node in enumerate(nodes):
                 mine = list(map(eq, owners, repeat(at)))
                 keys = list(compress(job.keys, mine))

@@ -30,6 +30,12 @@ class Cache(Protocol):
         never serve its items again (``CacheUnavailable`` if nothing can record that)."""
         ...
 
+    def fills(self) -> Cache:
+        """The same cache for a reader's best-effort writes: a write to a key moving between
+        servers is answered as refused (NOT_STORED, NOT_FOUND) instead of raising
+        ``KeysMoving``."""
+        ...
+
     def wait(self, seconds: float) -> None:
         """Before asking again for items someone else is writing (a list being built)."""
         ...

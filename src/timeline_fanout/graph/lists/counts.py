@@ -36,16 +36,15 @@ elected, until the first elected count ends.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import suppress
 from typing import NamedTuple, Protocol
 
+from timeline_fanout.graph.lists.fencing import filling
 from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
 from timeline_fanout.graph.model.edges import EdgeCounts, EdgeGraph
 from timeline_fanout.graph.model.keys import KeySpace
-from timeline_fanout.memcache import Item, KeysMoving, Outcome
+from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
-FILLING = b"~"
 STALE = b" s"
 _COUNTED = b"c"
 # The recount lease's life. memcached's clock counts whole seconds, so an item given 2 s lives
@@ -95,6 +94,7 @@ class CachedCounts:
         recount_s: int = RECOUNT_S,
     ) -> None:
         self._cache = cache
+        self._fills = cache.fills()  # best-effort: a key moving is answered refused
         self._store = store
         self._keys = keys
         self._expire = heal_s  # as every cached item (docs/guarantees.md, bounded self-healing)
@@ -124,25 +124,19 @@ class CachedCounts:
         lease = self._keys.count_lease_keys([user])[0]
         if not self._cache.available([lease])[0]:  # its server down, or moving: no election
             return True
-        try:
-            won = self._cache.add_many({lease: b"1"}, self._recount_s)
-        except KeysMoving:  # it began moving meanwhile: no election either
-            return True
+        won = self._fills.add_many({lease: b"1"}, self._recount_s)  # moving: not elected
         return won.get(lease) is Outcome.STORED
 
     def _fill(self, key: bytes, user: str) -> EdgeCounts:
         """The fence: ``~`` ADDed, read with ``gets``, the store counted, CAS. An item that
         begins moving between servers meanwhile (memcache/ring.py) is left unwritten."""
-        with suppress(KeysMoving):  # then read as absent: nothing CAS'd
-            self._cache.add_many({key: FILLING}, self._expire)
-        seen: Item | None = self._cache.gets_many([key]).get(key)
+        seen: Item | None = filling(self._fills, [key], self._expire).get(key)
         counted = self._store.recounted(user)
         if seen is not None and ((cached := _parse(seen.value)) is None or cached.stale):
             value = b"%s %d %d" % (_COUNTED, counted.followers, counted.following)
-            with suppress(KeysMoving):
-                stored = self._cache.cas_many({key: (value, seen.cas)}, self._expire)
-                if stored.get(key) is not Outcome.STORED:
-                    self._leave_stale(key, value)
+            stored = self._fills.cas_many({key: (value, seen.cas)}, self._expire)
+            if stored.get(key) is not Outcome.STORED:
+                self._leave_stale(key, value)
         return counted
 
     def _leave_stale(self, key: bytes, value: bytes) -> None:
@@ -154,7 +148,7 @@ class CachedCounts:
         or a batch got there first: theirs stands."""
         now: Item | None = self._cache.gets_many([key]).get(key)
         if now is not None and ((cached := _parse(now.value)) is None or cached.stale):
-            self._cache.cas_many({key: (value + STALE, now.cas)}, self._expire)
+            self._fills.cas_many({key: (value + STALE, now.cas)}, self._expire)
 
     def changed(self, users: Iterable[str]) -> None:
         """Marks the users' counts stale (APPEND ``STALE``: the value stays, for the readers

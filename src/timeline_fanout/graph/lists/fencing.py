@@ -41,12 +41,12 @@ removal's token in whatever generation is current.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from timeline_fanout.graph.lists.tokens import CorruptList
 from timeline_fanout.graph.model.fresh import Fresh
-from timeline_fanout.memcache import Outcome
+from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
 COMMIT_ATTEMPTS = 8  # CAS rounds against appends racing a timeline's commit
@@ -54,6 +54,9 @@ COMMIT_ATTEMPTS = 8  # CAS rounds against appends racing a timeline's commit
 PARSED_INDEXES = 1 << 16
 BUILDING = b"~"
 JOURNAL = b"j"
+# What a fenced fill ADDs to an item without a value yet: a post body, an author's posts item, a
+# count (``filling``). Readers take it as a miss.
+FILLING = b"~"
 
 
 class Index(NamedTuple):
@@ -147,6 +150,19 @@ def commit(
         done.update(key for key, outcome in outcomes.items() if outcome is Outcome.STORED)
         todo = {k: todo[k] for k, outcome in outcomes.items() if outcome is Outcome.EXISTS}
     return done
+
+
+def filling(cache: Cache, keys: Sequence[bytes], expire: int) -> dict[bytes, Item]:
+    """The fence for single items (a post body, an author's posts item, a count): ``~``
+    ADDed where an item is absent, then every item read with ``gets``. The filler then reads
+    the store and CASes its answer over the item it read: a write that changed the item after
+    the ``gets`` (a mark, a deletion) makes the CAS fail, so an answer read from the store
+    before that write is never cached after it. A key ADDed through ``Cache.fills`` while it
+    moves between servers is read as absent, and nothing is CAS'd there."""
+    if not keys:
+        return {}
+    cache.add_many(dict.fromkeys(keys, FILLING), expire)
+    return cache.gets_many(keys)
 
 
 def invalidate(cache: Cache, heads: list[bytes]) -> None:

@@ -22,20 +22,19 @@ not needed to find it), so any well-formed cursor is a place, as any id is in a 
 from __future__ import annotations
 
 from bisect import bisect_left
-from contextlib import suppress
 from dataclasses import dataclass
 
+from timeline_fanout.graph.lists.fencing import filling
 from timeline_fanout.graph.lists.tokens import CorruptMember
 from timeline_fanout.graph.model.edges import PostKey, PostRecord, PostStore
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get, run_blocking
 from timeline_fanout.graph.timelines.post_bodies import PostBodies
-from timeline_fanout.memcache import Item, KeysMoving
+from timeline_fanout.memcache import Item
 from timeline_fanout.memcache.interface import Cache
 
 ITEM_POSTS = 200  # an author's newest posts held in the item: the first pages of every reader
-FILLING = b"~"
 ALL = b"all"
 TOP = b"top"
 
@@ -92,6 +91,7 @@ class AuthorPages:
         self, cache: Cache, store: PostStore, keys: KeySpace, bodies: PostBodies, heal_s: int
     ) -> None:
         self._cache = cache
+        self._fills = cache.fills()  # best-effort: a key moving is answered refused
         self._store = store
         self._keys = keys
         self._bodies = bodies
@@ -172,14 +172,11 @@ class AuthorPages:
         if not self._cache.available([key])[0]:
             posts = self._store.author_posts(user, ITEM_POSTS + 1)
             return Newest.parse(Newest.encode(posts)) or Newest([], True)
-        with suppress(KeysMoving):  # then read as absent: nothing CAS'd
-            self._cache.add_many({key: FILLING}, self._expire)
-        seen: Item | None = self._cache.gets_many([key]).get(key)
+        seen: Item | None = filling(self._fills, [key], self._expire).get(key)
         posts = self._store.author_posts(user, ITEM_POSTS + 1)
         value = Newest.encode(posts)
         if seen is not None and Newest.parse(seen.value) is None:
-            with suppress(KeysMoving):
-                self._cache.cas_many({key: (value, seen.cas)}, self._expire)
+            self._fills.cas_many({key: (value, seen.cas)}, self._expire)
         return Newest.parse(value) or Newest([], True)
 
     def invalidate(self, authors: list[str]) -> None:

@@ -40,7 +40,6 @@ import functools
 import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import suppress
 from typing import NamedTuple
 
 from timeline_fanout.graph.model.edges import PostsAndCelebrities
@@ -48,7 +47,7 @@ from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.plan import Plan, blocking
-from timeline_fanout.memcache import Item, KeysMoving, Outcome
+from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
 DEFAULT_TTL_S = 5
@@ -86,6 +85,7 @@ class CelebrityPosts:
         """``fresh``: the monotonic clock items' deadlines are read from
         (graph/model/fresh.py)."""
         self._cache = cache
+        self._fills = cache.fills()  # best-effort: a key moving is answered refused
         self._store = store
         self._keys = keys
         self._cap = cap
@@ -114,13 +114,10 @@ class CelebrityPosts:
         left = deadline - self._fresh.monotonic()
         if left <= 0 or not values:
             return
-        write = self._cache.add_many if add else self._cache.set_many
-        try:
-            outcomes = write(values, math.ceil(left))
-        except KeysMoving:
-            if not add:
-                raise  # the consumer's refresh is made again after the move
-            return  # a reader's rebuild: its items moving now are rebuilt after the move
+        # A reader's rebuild of items moving now is refused (rebuilt after the move); the
+        # consumer's refresh raises ``KeysMoving`` and is made again after the move.
+        write = self._fills.add_many if add else self._cache.set_many
+        outcomes = write(values, math.ceil(left))
         too_large = [k for k in self.set_keys if outcomes.get(k) is Outcome.TOO_LARGE]
         if too_large and not self._warned_too_large:
             self._warned_too_large = True
@@ -221,8 +218,7 @@ class CelebrityPosts:
         rebuilds them from the store (those moving between servers meanwhile are not deleted:
         the move leaves their copy behind, and the next reader reads the store)."""
         if authors:
-            with suppress(KeysMoving):
-                self._cache.delete_many(self.keys(authors))
+            self._fills.delete_many(self.keys(authors))
 
     # -- the fan-out consumer --------------------------------------------------------------------
 

@@ -62,23 +62,22 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import NamedTuple
 
+from timeline_fanout.graph.lists.fencing import filling
 from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostStore
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get, run_blocking
-from timeline_fanout.memcache import Item, KeysMoving, Outcome
+from timeline_fanout.memcache import Item, Outcome
 from timeline_fanout.memcache.interface import Cache
 
 LIVE = b"t"
 NO_TEXT = b"n"
 DELETED = b"x"
-FILLING = b"~"
 CODE = "pb"
 
 
@@ -162,6 +161,7 @@ class PostBodies:
         (graph/timelines/known_texts.py); one of its own if None. ``fresh``: where the mark's
         values and the known texts' clock come from (graph/model/fresh.py)."""
         self._cache = cache
+        self._fills = cache.fills()  # best-effort: a key moving is answered refused
         self._store = store
         self._keys = keys
         self._mark_keys = keys.copies("deletions")
@@ -243,9 +243,7 @@ class PostBodies:
         empty = [key for key in missing if key not in got]
         fillable = list(compress(empty, self._cache.available(empty))) if empty else []
         if fillable:
-            with suppress(KeysMoving):  # those moving now are read as absent: not filled
-                self._cache.add_many(dict.fromkeys(fillable, FILLING), self._expire)
-            seen.update(self._cache.gets_many(fillable))
+            seen.update(filling(self._fills, fillable, self._expire))
         fill = {}
         for key, post in missing.items():
             item = seen.get(key)
@@ -283,8 +281,7 @@ class PostBodies:
             if item is not None:
                 writes[key] = (value, item.cas)
         if writes:  # failed: someone wrote since, and theirs stands; or the item moves
-            with suppress(KeysMoving):
-                self._cache.cas_many(writes, self._expire)
+            self._fills.cas_many(writes, self._expire)
 
     def store(self, posts: Sequence[PostRecord]) -> dict[PostRef, PostRecord]:
         """``PostStore.store_posts`` inside the fence, so that the posts' items are live before
@@ -294,8 +291,7 @@ class PostBodies:
         yet. The store's answer is read after the ``gets``: the argument of the module
         docstring holds as for a reader's fill. A failed CAS is someone else's newer write."""
         keys = self.keys(f"{p.author}!{p.post_id}" for p in posts)
-        self._cache.add_many(dict.fromkeys(keys, FILLING), self._expire)
-        seen = self._cache.gets_many(keys)
+        seen = filling(self._cache, keys, self._expire)
         stored = self._store.store_posts(posts)
         writes: dict[bytes, tuple[bytes, bytes]] = {}
         for post, key in zip(posts, keys, strict=True):
@@ -333,8 +329,7 @@ class PostBodies:
         docstring)."""
         key = self.mark_key(reader)
         if key not in found and self._cache.available([key])[0]:
-            with suppress(KeysMoving):  # it began moving: put by a read after the move
-                self._cache.add_many({key: self._fresh_mark()}, self._expire)
+            self._fills.add_many({key: self._fresh_mark()}, self._expire)
 
     def _fresh_mark(self) -> bytes:
         """Never a value the mark held before: 96 random bits."""
