@@ -28,7 +28,7 @@ from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import Delivery, TokenLists
 from timeline_fanout.graph.lists.tokens import Change, token
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
@@ -80,7 +80,7 @@ class Load:
         self.posts += 1
         entry = TimelineEntry(self.posts, "author", f"p{self.posts}")
         started = time.perf_counter()
-        self.timelines.deliver([(token(True, entry.member), self.users)])
+        self.timelines.deliver([Delivery(token(True, entry.member), self.users)])
         return time.perf_counter() - started
 
     def write(self, events: int) -> None:

@@ -55,6 +55,7 @@ from timeline_fanout.cli.settings import Settings, environment
 from timeline_fanout.consumers import Origin, Positioned
 from timeline_fanout.consumers.graph_apply import GraphApplier
 from timeline_fanout.graph import ListKind, ListRef
+from timeline_fanout.graph.lists.token_lists import Delivery
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -162,7 +163,7 @@ def measure_sizes(s: Settings, quick: bool) -> dict[str, float]:
     entries = 50 if quick else 400
     for k in range(entries):
         entry = TimelineEntry(NOW_MS + k, uid(10**6 + k), uid(10**7 + k))
-        timelines.deliver([(token(True, entry.member), readers)])
+        timelines.deliver([Delivery(token(True, entry.member), readers)])
     entry_bytes = (memcached_bytes(servers) - before) / (len(readers) * entries)
     # List members: cached (empty) follower lists, then follows through the graph applier;
     # the followers' own following lists are not cached (the applier skips them).

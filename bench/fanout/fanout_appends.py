@@ -12,7 +12,7 @@ from bench.cache.raw_memcached import TOKEN, noreply_limit
 from bench.support.report import Report
 from timeline_fanout.cli.sandbox import sandbox
 from timeline_fanout.cli.settings import Settings
-from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache import AppendGroup, MemcacheCluster
 
 SIZES = [100_000, 1_000_000]
 QUICK = [2_000]
@@ -34,7 +34,7 @@ def run(settings: Settings, report: Report) -> None:
             rates, cpu = [], []
             for _ in range(REPEAT):
                 started, cpu_started = time.perf_counter(), time.process_time()
-                refused = cluster.append_to_each([(TOKEN, keys)])
+                refused = cluster.append_to_each([AppendGroup(TOKEN, keys)])
                 cpu.append((time.process_time() - cpu_started) / n)
                 rates.append(n / (time.perf_counter() - started))
                 assert not refused, refused[:3]

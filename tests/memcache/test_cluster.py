@@ -14,7 +14,7 @@ from timeline_fanout.memcache.cluster import (
 )
 from timeline_fanout.memcache.ring import EpochState
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import NOT_READ
+from timeline_fanout.memcache.wire import NOT_READ, AppendGroup
 from timeline_fanout_devstack.memcached_processes import end, own_server, start
 
 STORED, NOT_STORED, EXISTS, NOT_FOUND, TOO_LARGE = (
@@ -58,7 +58,7 @@ def test_an_append_larger_than_the_item_limit_is_too_large_and_the_connection_li
     outcomes = cache.append_many({b"before": b"+c ", b"huge": huge, b"after": b"+d "})
     assert outcomes == {b"before": STORED, b"huge": TOO_LARGE, b"after": STORED}
     assert cache.get_many(keys) == {b"before": b"+a +c ", b"huge": b"+a ", b"after": b"+a +d "}
-    assert cache.append_to_each([(huge, [b"huge"]), (b"+e ", [b"huge"])]) == [
+    assert cache.append_to_each([AppendGroup(huge, [b"huge"]), AppendGroup(b"+e ", [b"huge"])]) == [
         (0, b"huge", TOO_LARGE)
     ]
     assert cache.incr_many({b"n": 1}) == {b"n": None}  # the next command works
@@ -200,7 +200,7 @@ def test_batches_larger_than_one_pipeline(cache: MemcacheCluster) -> None:
 def test_one_value_appended_to_many_keys_reports_the_refused_ones(cache: MemcacheCluster) -> None:
     keys = [b"many%d" % i for i in range(5000)]  # several pipelines per server
     cache.add_many(dict.fromkeys(keys[::2], b"+a "))
-    refused = cache.append_to_each([(b"+b ", keys), (b"+c ", keys[:10])])
+    refused = cache.append_to_each([AppendGroup(b"+b ", keys), AppendGroup(b"+c ", keys[:10])])
     assert sorted(refused, key=lambda r: (r[0], r[1])) == sorted(
         [(0, k, NOT_STORED) for k in keys[1::2]] + [(1, k, NOT_STORED) for k in keys[1:10:2]],
         key=lambda r: (r[0], r[1]),
@@ -214,7 +214,9 @@ def test_an_error_reply_closes_the_connection_and_the_next_call_starts_clean(
     cache: MemcacheCluster,
 ) -> None:
     with pytest.raises(CacheUnavailable, match=r"ERROR|replies"):
-        cache.append_to_each([(b"+a ", [b"k" * 300])])  # longer than memcached's key limit
+        cache.append_to_each(
+            [AppendGroup(b"+a ", [b"k" * 300])]
+        )  # longer than memcached's key limit
     assert cache.add_many({b"after": b"1"}) == {b"after": STORED}
     assert cache.incr_many({b"after": 2}) == {b"after": 3}
 

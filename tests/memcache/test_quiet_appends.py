@@ -17,7 +17,12 @@ from timeline_fanout.memcache import MemcacheCluster, Outcome, Refused
 from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import EpochState
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import QUIET_VALUE_MAX, quiet_append_pipeline, quiet_end
+from timeline_fanout.memcache.wire import (
+    QUIET_VALUE_MAX,
+    AppendGroup,
+    quiet_append_pipeline,
+    quiet_end,
+)
 from timeline_fanout_devstack.memcached_processes import end, own_server, stop
 
 BOUNDS = TrustSettings(timeout_s=0.3, retry_s=0.3)
@@ -61,7 +66,7 @@ def test_a_quiet_append_pipeline_reports_exactly_the_keys_not_stored(
     )
     assert len(TOKEN) <= QUIET_VALUE_MAX  # a timeline token goes by quiet meta sets
 
-    refused = cluster.append_to_each([(TOKEN, keys), (b"+c ", keys[:10])])
+    refused = cluster.append_to_each([AppendGroup(TOKEN, keys), AppendGroup(b"+c ", keys[:10])])
 
     assert all(isinstance(r, Refused) for r in refused)
     assert sorted(refused) == sorted(
@@ -82,7 +87,9 @@ def test_a_value_too_large_for_the_server_is_too_large_and_the_item_is_kept(
     quiet one too large with a reply naming no key, and unlinks the item."""
     cluster.set_many({b"a": b"+a ", b"b": b"+b "})
     huge = b"+h " * (ITEM_LIMIT // 3 + 10)
-    refused = cluster.append_to_each([(TOKEN, [b"a", b"gone"]), (huge, [b"b"]), (TOKEN, [b"b"])])
+    refused = cluster.append_to_each(
+        [AppendGroup(TOKEN, [b"a", b"gone"]), AppendGroup(huge, [b"b"]), AppendGroup(TOKEN, [b"b"])]
+    )
     assert sorted(refused) == [
         Refused(0, b"gone", Outcome.NOT_STORED),
         Refused(1, b"b", Outcome.TOO_LARGE),
@@ -104,7 +111,7 @@ def test_a_down_servers_keys_are_refused_as_not_stored_and_its_epoch_revoked(
     else:
         stop(victim[0])  # sent, never answered: found down by the timeout
     try:
-        refused = cluster.append_to_each([(TOKEN, keys)])
+        refused = cluster.append_to_each([AppendGroup(TOKEN, keys)])
         assert sorted(refused) == sorted(Refused(0, k, Outcome.NOT_STORED) for k in on_victim)
         live = [k for k in keys if k not in set(on_victim)]
         assert cluster.get_many(live) == dict.fromkeys(live, b"+a " + TOKEN)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from timeline_fanout.memcache.cluster import CacheUnavailable, MemcacheCluster, 
 from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout.memcache.wire import AppendGroup
 from timeline_fanout_devstack.memcached_processes import own_server
 
 # Ring leases are moved by the tests' clocks; the timeouts only bound a failed exchange.
@@ -105,7 +107,7 @@ def test_a_moving_key_is_missing_for_reads_and_refused_for_writes(four: list[str
     with pytest.raises(CacheUnavailable, match="moving"):
         process.blocking.append_many({moved[0]: b"w"})
     with pytest.raises(CacheUnavailable, match="moving"):
-        process.blocking.append_to_each([(b"w", [stayed[0], moved[0]])])
+        process.blocking.append_to_each([AppendGroup(b"w", [stayed[0], moved[0]])])
     assert process.blocking.get_many([stayed[0]]) == {stayed[0]: b"vw"}  # the rest was sent
     with pytest.raises(CacheUnavailable, match="moving"):
         process.read_on_loop(moved[:1])
@@ -265,3 +267,26 @@ def test_a_read_paused_past_a_whole_change_does_not_return_the_copy_left_behind(
     got = reader.blocking.get_many(KEYS)
     assert b"old" not in {got[k] for k in moved if k in got}
     assert {got[k] for k in stayed} == {b"old"}  # on the same server, under the same name
+
+
+def test_a_callers_error_mid_exchange_leaves_no_reply_for_the_next_exchange(
+    four: list[str],
+) -> None:
+    """The first server's pipeline is sent, then building the second's raises (a value that is
+    not bytes): the first's reply, never read, must not answer the next exchange."""
+    process = Clients(four[:3], HeldRing(RingRecord.of(four[:3])))
+    process.blocking.settle()
+    first, second = process.view.record.servers[:2]
+    on = {
+        node: next(k for k in KEYS if process.blocking.server_for(k) == node) for node in four[:3]
+    }
+    process.blocking.set_many({on[first]: b"old"})
+    stale = process.blocking.gets_many([on[first]])[on[first]].cas
+    process.blocking.set_many({on[first]: b"changed"})
+    bad: Any = "not bytes"
+    with pytest.raises(TypeError):
+        process.blocking.set_many({on[first]: b"a", on[second]: bad})
+    assert process.blocking.cas_many({on[first]: (b"lost", stale)})[on[first]] in (
+        Outcome.EXISTS,
+        Outcome.NOT_FOUND,
+    )

@@ -35,6 +35,7 @@ from timeline_fanout.consumers.positions import OFFSET_BITS, Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
 from timeline_fanout.graph import ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLists
+from timeline_fanout.graph.lists.token_lists import Delivery
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostsAndCelebrities
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
@@ -48,7 +49,6 @@ FANOUT_EVENTS = (Post, PostDeleted, FanoutTask)
 # Steps between pulses, each a fraction of a second at the measured rates (docs/performance.md).
 AUTHORS_PER_READ = 250  # follower lists per multi-GET (each up to chunk_size members)
 APPENDS_PER_WAVE = 50_000  # timeline appends per pipelined wave
-Delivery = tuple[bytes, Sequence[str]]  # a timeline token and the followers it goes to
 
 
 @dataclass
@@ -121,11 +121,13 @@ class FanoutApplier:
             elif len(followers) > self.chunk_size:
                 self._publish_chunks(post, list(followers))
             else:
-                deliveries.append((token(True, TimelineEntry.of(post).member), list(followers)))
+                deliveries.append(
+                    Delivery(token(True, TimelineEntry.of(post).member), list(followers))
+                )
                 delivered_posts.append(post.ts)
         for task in chunks:
             entry = TimelineEntry(task.post_ts, task.author, task.post_id)
-            deliveries.append((token(True, entry.member), task.followers))
+            deliveries.append(Delivery(token(True, entry.member), task.followers))
             delivered_posts.append(task.post_ts)
         self.stats.celebrity_posts += sum(p.author in celebrities for p in posts)
         if celebrities:  # durable before the commit: readers merge their posts from now on
@@ -190,7 +192,7 @@ def waves(deliveries: Sequence[Delivery], size: int) -> Iterator[list[Delivery]]
             if wave and appends + len(part) > size:
                 yield wave
                 wave, appends = [], 0
-            wave.append((tok, part))
+            wave.append(Delivery(tok, part))
             appends += len(part)
     if wave:
         yield wave

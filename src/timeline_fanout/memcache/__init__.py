@@ -10,6 +10,7 @@ from timeline_fanout.memcache.cluster import MemcacheCluster, keep_ttl
 from timeline_fanout.memcache.interface import Cache
 from timeline_fanout.memcache.wire import (
     NOT_READ,
+    AppendGroup,
     CacheUnavailable,
     Item,
     KeysMoving,
@@ -19,6 +20,7 @@ from timeline_fanout.memcache.wire import (
 
 __all__ = [
     "NOT_READ",
+    "AppendGroup",
     "Cache",
     "CacheUnavailable",
     "Item",

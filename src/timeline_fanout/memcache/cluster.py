@@ -31,6 +31,7 @@ from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.memcache.wire import (
     NOT_READ,
     QUIET_VALUE_MAX,
+    AppendGroup,
     CacheUnavailable,
     Item,
     Outcome,
@@ -202,7 +203,7 @@ class MemcacheCluster:
         so a NOT_STORED item may still exist: ``exists_many`` tells)."""
         return self._store(b"append", values)
 
-    def append_to_each(self, groups: Sequence[tuple[bytes, Sequence[bytes]]]) -> list[Refused]:
+    def append_to_each(self, groups: Sequence[AppendGroup]) -> list[Refused]:
         """APPEND each group's value to every key of the group (a post to its followers'
         timelines), all groups in one pipelined exchange: a ``Refused`` for each append that
         was not stored, as in ``append_many``, in the order of each server's pipelines. A
@@ -291,6 +292,7 @@ class MemcacheCluster:
         answers is this ``CacheUnavailable`` (naming the first)."""
         found: dict[str, str] = {}
         failures: list[CacheUnavailable] = []
+        self.router.placement()  # the record's servers, not only the configured ones
         for server in self.trust.servers:
             try:
                 reply = self._pools.command(server, b"version\r\n")
@@ -305,6 +307,8 @@ class MemcacheCluster:
     def flush_all(self, servers: Sequence[str] | None = None) -> None:
         """Every item of every server (or of ``servers``) gone: an eviction of everything,
         which every layer survives (the epochs are in the record, not on the servers)."""
+        if servers is None:
+            self.router.placement()  # the record's servers, not only the configured ones
         for server in self.trust.servers if servers is None else servers:
             if self._pools.command(server, b"flush_all\r\n") != b"OK":
                 raise CacheUnavailable(f"memcached {server}: flush_all not done")

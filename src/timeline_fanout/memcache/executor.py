@@ -200,45 +200,55 @@ class Executor:
             suffixes.pop(node, None)
             unanswered(node, queues[node], uses[node])
 
-        while any(queues.values()) or any(flying.values()):
-            for node, queue in queues.items():
-                try:
-                    while queue and len(flying[node]) < window:
-                        index, mine, cols = queue.popleft()
-                        flying[node].append((index, mine))
-                        suffix = suffixes[node]
-                        named = [names.get(k, k) for k in mine] if names else mine
-                        pipe = self._pools.pipe(node)
-                        job = jobs[index]
+        try:
+            while any(queues.values()) or any(flying.values()):
+                for node, queue in queues.items():
+                    try:
+                        while queue and len(flying[node]) < window:
+                            index, mine, cols = queue.popleft()
+                            flying[node].append((index, mine))
+                            suffix = suffixes[node]
+                            named = [names.get(k, k) for k in mine] if names else mine
+                            pipe = self._pools.pipe(node)
+                            job = jobs[index]
+                            if job.quiet:
+                                pipe.send(job.build(named, suffix))
+                                continue
+                            sent = [k + suffix for k in named] if suffix else named
+                            build = (
+                                job.replacing if node in replacing and job.replacing else job.build
+                            )
+                            pipe.send(build(sent, *job.on(cols, pipe.connect())))
+                    except CacheUnavailable:
+                        failed(node)
+                for node, in_flight in flying.items():
+                    if not in_flight:
+                        continue
+                    index, mine = in_flight[0]
+                    pipe = self._pools.pipe(node)
+                    job = jobs[index]
+                    try:
                         if job.quiet:
-                            pipe.send(job.build(named, suffix))
-                            continue
-                        sent = [k + suffix for k in named] if suffix else named
-                        build = job.replacing if node in replacing and job.replacing else job.build
-                        pipe.send(build(sent, *job.on(cols, pipe.connect())))
-                except CacheUnavailable:
-                    failed(node)
-            for node, in_flight in flying.items():
-                if not in_flight:
-                    continue
-                index, mine = in_flight[0]
-                pipe = self._pools.pipe(node)
-                job = jobs[index]
-                try:
-                    if job.quiet:
-                        back = {names[k]: k for k in mine if k in names} if names else {}
-                        replies: Any = (pipe.receive_quiet(), suffixes[node], back)
-                    elif job.values:
-                        replies = pipe.receive_values(len(mine))
+                            back = {names[k]: k for k in mine if k in names} if names else {}
+                            replies: Any = (pipe.receive_quiet(), suffixes[node], back)
+                        elif job.values:
+                            replies = pipe.receive_values(len(mine))
+                        else:
+                            replies = pipe.receive(len(mine))
+                            if node in replacing and job.replacing:  # a server keeping nothing
+                                replies = replies.replace(b"NOT_STORED\r\n", _STORED_LINE)
+                        done.append(Answered(index, pipe, mine, replies))
+                    except CacheUnavailable:
+                        failed(node)
                     else:
-                        replies = pipe.receive(len(mine))
-                        if node in replacing and job.replacing:  # a server keeping nothing
-                            replies = replies.replace(b"NOT_STORED\r\n", _STORED_LINE)
-                    done.append(Answered(index, pipe, mine, replies))
-                except CacheUnavailable:
-                    failed(node)
-                else:
-                    in_flight.popleft()
+                        in_flight.popleft()
+        except BaseException:
+            # Not a server's failure (a caller's bad value, an interrupt): replies still in
+            # flight would answer the next exchange on these pipes, so they are closed.
+            for node, in_flight in flying.items():
+                if in_flight:
+                    self._pools.pipe(node).close()
+            raise
         for node in router.outlived(suffixes):
             again: deque[_Queued] = deque((a.job, a.keys, []) for a in done if a.pipe.name == node)
             done = [answered for answered in done if answered.pipe.name != node]

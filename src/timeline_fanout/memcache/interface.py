@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from timeline_fanout.memcache.wire import Item, Outcome, Refused
+from timeline_fanout.memcache.wire import AppendGroup, Item, Outcome, Refused
 
 
 class Cache(Protocol):
@@ -52,7 +52,7 @@ class Cache(Protocol):
 
     def append_many(self, values: Mapping[bytes, bytes]) -> dict[bytes, Outcome]: ...
 
-    def append_to_each(self, groups: Sequence[tuple[bytes, Sequence[bytes]]]) -> list[Refused]:
+    def append_to_each(self, groups: Sequence[AppendGroup]) -> list[Refused]:
         """Each group's value appended to each of its keys: a ``Refused`` (group index, key,
         outcome) for each append that was not stored, and nothing for those that were."""
         ...

@@ -57,6 +57,14 @@ class Refused(NamedTuple):
     outcome: Outcome
 
 
+class AppendGroup(NamedTuple):
+    """One value appended to many keys (a post's token to its followers' timelines): the unit
+    ``Cache.append_to_each`` takes, many per pipelined exchange."""
+
+    value: bytes
+    keys: Sequence[bytes]
+
+
 class CacheUnavailable(RuntimeError):
     """A memcached server did not answer, or answered out of protocol; nothing about the keys
     on it is known, and the connection is closed so the next call starts clean."""

@@ -5,21 +5,27 @@ running the other side inside the store call that the fence puts after its ``get
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.consumers.test_graph_apply import follow, removed, unfollow
+from tests.held_ring import HeldRing
 from timeline_fanout.consumers.graph_apply import GraphApplier
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.counts import CachedCounts, CountSource, KeptCounts, list_counts
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.model.edges import EdgeCounts, EdgeStore
+from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.stores.mongo import MongoEdgeStore
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord, RingView
+from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
+from timeline_fanout_devstack.memcached_processes import own_server
 
 
 class RacedStore(SqliteEdgeStore):
@@ -236,3 +242,61 @@ def test_bytes_that_are_not_a_count_are_counted_again(
     cache.set_many({counts.key("star"): garbage})
     assert counts.counts("star") == EdgeCounts(1, 0)
     assert cache.get_many([counts.key("star")]) == {counts.key("star"): b"c 1 0"}  # repaired
+
+
+class CaughtUp:
+    """A store the consumers have caught up with: five followers, seven followed."""
+
+    counts_kept = False
+
+    def recounted(self, user: str) -> EdgeCounts:
+        return EdgeCounts(5, 7)
+
+
+class MovesAfterACheck(MemcacheCluster):
+    """Runs ``then`` once, right after its next ``available`` answered: a ring change that
+    begins between a reader's check of the recount lease and its ADD."""
+
+    then: Callable[[], None] | None = None
+
+    def available(self, keys: Sequence[bytes]) -> list[bool]:
+        got = super().available(keys)
+        run, self.then = self.then, None
+        if run is not None:
+            run()
+        return got
+
+
+def test_a_recount_lease_that_began_moving_elects_the_reader_and_the_store_is_counted() -> None:
+    with contextlib.ExitStack() as servers:
+        four = [servers.enter_context(own_server())[1] for _ in range(4)]
+        names = sorted(f"{host}:{port}" for host, port in four)
+        now = [0.0]
+        register = HeldRing(RingRecord.of(names[:3]))
+        view = RingView(RingRecord.of(names[:3]), register, 10.0, clock=lambda: now[0])
+        trust = ServerTrust(names[:3], TrustSettings(timeout_s=0.5), ring=view)
+        cache = MovesAfterACheck(
+            [(h, int(p)) for h, p in (n.rsplit(":", 1) for n in names[:3])], trust=trust
+        )
+        cache.settle()
+        keys = KeySpace("moving-lease")
+        record = register.record
+        assert record is not None
+        moving = record.moved_to(names)
+        placement = Placement(moving)
+        user = next(
+            u
+            for u in (f"u{i}" for i in range(5000))
+            if placement.owners(keys.count_lease_keys([u]))[0] == MOVED
+            and placement.owners(keys.count_keys([u]))[0] != MOVED
+        )
+        counts = CachedCounts(cache, CaughtUp(), keys, 60, recount_s=1)  # type: ignore[arg-type]
+        cache.set_many({keys.count_keys([user])[0]: b"c 1 1 s"})  # marked stale by a batch
+
+        def change() -> None:
+            assert register.swap_ring(record, moving)
+            now[0] += 10.0  # this process's lease runs out: the next use reads the change
+
+        cache.then = change
+        assert counts.counts(user) == EdgeCounts(5, 7)  # no reader holds the lease: counted
+        cache.close()

@@ -19,7 +19,7 @@ from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLayout
 from timeline_fanout.graph.lists.sharded import ShardedLayout
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import Delivery, TokenLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeChange, PostRecord
 from timeline_fanout.graph.model.keys import ListKind, ListRef
@@ -231,7 +231,7 @@ def test_a_delivery_skipped_on_an_unanswered_existence_check_revokes_the_server(
         settings,
     )
     try:
-        faulty.deliver([(token(True, fresh.member), [user])])
+        faulty.deliver([Delivery(token(True, fresh.member), [user])])
     finally:
         victim[0].send_signal(signal.SIGCONT)
     reader = TokenLists(

@@ -22,7 +22,7 @@ from timeline_fanout.graph import (
 from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
 from timeline_fanout.graph.lists.fencing import Index
 from timeline_fanout.graph.lists.sharded import ShardedLayout
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import Delivery, TokenLists
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import counter_key, shard_key
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -513,7 +513,9 @@ def test_a_delivery_appends_to_present_timelines_and_skips_absent_ones(
     present = ["a", "x:y", "b.c@d"]  # ids may hold ':' and other key-safe punctuation
     for user in present:
         capped.read(ListRef(ListKind.TIMELINE, user))
-    capped.deliver([(b"+p1 ", [*present, "absent"]), (b"+p2 ", ["absent", "a", "gone"])])
+    capped.deliver(
+        [Delivery(b"+p1 ", [*present, "absent"]), Delivery(b"+p2 ", ["absent", "a", "gone"])]
+    )
     assert capped.stats.appends == 4 and capped.stats.skipped_absent == 2
     assert capped.read_many([ListRef(ListKind.TIMELINE, u) for u in present]) == {
         ListRef(ListKind.TIMELINE, "a"): {"p1", "p2"},
@@ -540,7 +542,7 @@ def test_a_delivery_during_a_timeline_rebuild_reaches_what_it_commits(
     ref = ListRef(ListKind.TIMELINE, "reader")
     key = rebuilder.index_key(ref)
     assert rebuilder.layout.claim({key: b"0000cafe"}) == {key}
-    deliverer.deliver([(b"+new ", ["reader"])])
+    deliverer.deliver([Delivery(b"+new ", ["reader"])])
     assert deliverer.stats.appends == 1
     assert rebuilder.layout.commit({key: (b"0000cafe", Old().snapshot(ref))}) == {key}
     assert deliverer.read(ref) == {"old", "new"}
@@ -556,5 +558,5 @@ def test_a_delivery_refuses_an_invalid_follower_id_before_any_write(
     capped = empty_TokenLists(CappedLayout, cache, unique, max_members=10, dirty_min=10**9)
     capped.read(ListRef(ListKind.TIMELINE, "a"))
     with pytest.raises(ValueError, match="invalid user id"):
-        capped.deliver([(b"+p1 ", ["a", "b c"])])
+        capped.deliver([Delivery(b"+p1 ", ["a", "b c"])])
     assert capped.read(ListRef(ListKind.TIMELINE, "a")) == frozenset()

@@ -23,7 +23,7 @@ from timeline_fanout.graph import (
 from timeline_fanout.graph.anti_entropy import AntiEntropy
 from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
-from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.token_lists import Delivery, TokenLists
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import EdgeStore, PostRecord, PostRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -81,7 +81,7 @@ class Setup:
         """What the fan-out does for an ordinary author: the store, then the timelines."""
         self.reader.bodies.store([PostRecord(author, post_id, ts)])
         entry = TimelineEntry(ts, author, post_id)
-        self.timelines.deliver([(token(True, entry.member), followers)])
+        self.timelines.deliver([Delivery(token(True, entry.member), followers)])
         return entry
 
     def celebrity_post(self, author: str, post_id: str, ts: int, refresh: bool = True) -> None:

@@ -17,6 +17,7 @@ from tests.graph.lists.contention import write
 from timeline_fanout.cli import wiring
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph import EdgeChange, ListKind, ListRef
+from timeline_fanout.graph.lists.token_lists import Delivery
 from timeline_fanout.graph.lists.tokens import token
 from timeline_fanout.graph.model.edges import PostRecord, PostRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -69,7 +70,7 @@ class Pair:
         """The fan-out of an ordinary author's post: the store, then the timelines."""
         entry = TimelineEntry(self.now - ago_ms, author, post_id)
         self.blocking.bodies.store([PostRecord(author, post_id, entry.ts)])
-        self.blocking.timelines.deliver([(token(True, entry.member), followers)])
+        self.blocking.timelines.deliver([Delivery(token(True, entry.member), followers)])
 
     def celebrity_post(self, author: str, post_id: str, ago_ms: int = 0) -> None:
         """The fan-out of a celebrity's post: the store, the mark, the cached items."""

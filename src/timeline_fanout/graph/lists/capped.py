@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.token_lists import (
+    Delivery,
     ListContext,
     Pending,
     ReadRound,
@@ -34,6 +35,7 @@ from timeline_fanout.graph.lists.tokens import (
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
+from timeline_fanout.memcache.wire import AppendGroup
 
 
 def shorter(ttl: int) -> int:
@@ -53,12 +55,12 @@ class CappedLayout:
         self.settings = context.settings
         self.stats = context.stats
 
-    def append_each(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> WriteRound:
+    def append_each(self, posts: Sequence[Delivery]) -> WriteRound:
         """One pipelined APPEND per timeline, the command stream built per post, not per
         follower; the refused appends (timeline absent, or full) are left to go round."""
         keys = [self.context.keys.list_keys(self.kind, users) for _, users in posts]
         refused = self.cache.append_to_each(
-            [(data, k) for (data, _), k in zip(posts, keys, strict=True)]
+            [AppendGroup(post.token, k) for post, k in zip(posts, keys, strict=True)]
         )
         self.stats.appends += sum(map(len, keys)) - len(refused)
         pending: dict[bytes, Pending] = {}

@@ -124,8 +124,12 @@ class CachedCounts:
         lease = self._keys.count_lease_keys([user])[0]
         if not self._cache.available([lease])[0]:  # its server down, or moving: no election
             return True
-        won = self._fills.add_many({lease: b"1"}, self._recount_s)  # moving: not elected
-        return won.get(lease) is Outcome.STORED
+        won = self._fills.add_many({lease: b"1"}, self._recount_s)
+        if won.get(lease) is Outcome.STORED:
+            return True
+        # Refused: another reader holds the lease, or it began moving meanwhile (or this
+        # process lost its lease on the ring): then there is no election, and this one counts.
+        return not self._cache.available([lease])[0]
 
     def _fill(self, key: bytes, user: str) -> EdgeCounts:
         """The fence: ``~`` ADDed, read with ``gets``, the store counted, CAS. An item that

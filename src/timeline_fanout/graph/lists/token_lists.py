@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.shared_reads import SharedReads
@@ -113,6 +113,14 @@ class ListStats:
     decodes: int = 0  # lists decoded from items another read brought (not found decoded)
 
 
+class Delivery(NamedTuple):
+    """One post's token for the timelines of ``users``: a fan-out's unit of work, many to a
+    wave (``TokenLists.deliver``), each one ``AppendGroup`` of the cache."""
+
+    token: bytes
+    users: Sequence[str]
+
+
 @dataclass(slots=True)
 class Pending:
     """Tokens on their way to one list."""
@@ -198,7 +206,7 @@ class EachAppending(ListLayout, Protocol):
 
     kind: ListKind  # of the lists delivered to
 
-    def append_each(self, posts: Sequence[tuple[bytes, Sequence[str]]]) -> WriteRound:
+    def append_each(self, posts: Sequence[Delivery]) -> WriteRound:
         """Append each token to the lists of its users; the refused appends, to settle."""
         ...
 
@@ -255,8 +263,17 @@ class TokenLists(Generic[L]):
     def invalidate(self, refs: Iterable[ListRef]) -> None:
         """Drop lists so the next reader rebuilds them from the store (fenced: see
         graph/lists/fencing.py)."""
+        self._invalidate(self.cache, refs)
+
+    def drop(self, refs: Iterable[ListRef]) -> None:
+        """A reader's ``invalidate`` of lists it found corrupt or displaced: best effort, so a
+        list moving between servers is left where it is (``Cache.fills``): the move leaves it
+        behind, and the read after this one reads the store."""
+        self._invalidate(self.cache.fills(), refs)
+
+    def _invalidate(self, cache: Cache, refs: Iterable[ListRef]) -> None:
         keys = self.index_keys(list(dict.fromkeys(refs)))
-        fencing.invalidate(self.cache, keys)
+        fencing.invalidate(cache, keys)
         self.stats.invalidations += len(keys)
 
     def rebuild_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
@@ -377,7 +394,7 @@ class TokenLists(Generic[L]):
         self._compact_written(self._sample(list(tokens)), result.skipped)
         return result
 
-    def deliver(self: TokenLists[E], posts: Sequence[tuple[bytes, Sequence[str]]]) -> WriteResult:
+    def deliver(self: TokenLists[E], posts: Sequence[Delivery]) -> WriteResult:
         """Append each token to the lists of its users (a post to its followers' timelines):
         the hot path of a fan-out, the layout's ``append_each`` first, then what it refused
         (list absent, or full) through the same retry rounds as ``append_tokens``."""

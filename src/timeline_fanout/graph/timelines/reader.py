@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from contextlib import suppress
 from dataclasses import dataclass
 from itertools import chain
 from typing import NamedTuple
@@ -36,7 +35,6 @@ from timeline_fanout.graph.timelines.known_texts import KnownTexts
 from timeline_fanout.graph.timelines.plan import Plan, blocking, run_blocking
 from timeline_fanout.graph.timelines.post_bodies import PostBodies, post_name
 from timeline_fanout.graph.timelines.view import followed_posts, visible_page
-from timeline_fanout.memcache import KeysMoving
 
 __all__ = ["BadCursor", "TimelineEntry", "TimelinePage", "TimelineReader", "TimelineSource"]
 
@@ -285,9 +283,8 @@ class TimelineReader:
 
     def _dropped(self, ref: ListRef) -> None:
         """A timeline dropped (corrupt, or to be regenerated), unless it began moving between
-        servers: then the move leaves it behind, and the read after this one reads the store."""
-        with suppress(KeysMoving):
-            self.timelines.invalidate([ref])
+        servers (``TokenLists.drop``)."""
+        self.timelines.drop([ref])
 
     def _regenerated(self, user: str) -> list[str]:
         """``user``'s timeline dropped and read again (rebuilt from the store), ascending. A
