@@ -217,3 +217,32 @@ def test_a_write_to_a_revoked_server_returns_only_once_older_leases_ran_out(
     assert register.record is not None and register.record.epoch(victim).state is EpochState.DOWN
     second.append_many({key: b" w2"})  # free of revocation, not of the wait
     assert reader.get_many([key]) in ({}, {key: b"a w2"})  # never the item that lacks it
+
+
+def test_a_write_every_server_missed_costs_one_register_write_and_one_lease(
+    three: list[Server],
+) -> None:
+    """Every server of the fleet missed the same exchange: the writer records all the
+    revocations in one compare-and-set and waits one lease, not one lease per server (which
+    a consumer between two polls cannot afford)."""
+    register = HeldRing(None)
+    clock = Clock()
+    trust = process_trust(names(three), register, QUICK, 5.0, clock)
+    writer = process(three, register, trust, clock.advance)
+    keys = [key_on(writer, server) for server in names(three)]
+    writer.set_many(dict.fromkeys(keys, b"v"))  # every server up, under a lease
+    swaps = []
+    swap = register.swap_ring
+
+    def counted(expected: RingRecord | None, record: RingRecord) -> bool:
+        swaps.append(record)
+        return swap(expected, record)
+
+    register.swap_ring = counted  # type: ignore[method-assign]
+    for server in names(three):
+        writer.trust.mark_down(server)
+    began = clock.now
+    writer.set_many(dict.fromkeys(keys, b"w"))
+    # The first change revoked all three (the next ones bring them back: they answer again).
+    assert {swaps[0].epoch(s).state for s in names(three)} == {EpochState.DOWN}
+    assert 5.0 <= clock.now - began < 10.0  # one lease

@@ -253,10 +253,7 @@ class Executor:
             again: deque[_Queued] = deque((a.job, a.keys, []) for a in done if a.pipe.name == node)
             done = [answered for answered in done if answered.pipe.name != node]
             unanswered(node, again, uses[node])
-        for node, epoch in sorted(lost.items()):
-            router.revoke(node, epoch)
-        for node, epoch in sorted(held.items()):
-            router.hold(node, epoch)
+        router.hold(held | router.revoke(lost))
         if placement is not None and router.trust.ring.current() is not placement:
             self._unplaced(jobs, done, placement)
         if unwritten:

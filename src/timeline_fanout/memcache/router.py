@@ -57,15 +57,18 @@ def _stepped(node: str, before: ServerEpoch, after: ServerEpoch) -> RecordChange
     return change
 
 
-def _revoked(node: str, value: str, revoked: ServerEpoch) -> RecordChange:
-    """A revocation: ``node`` goes ``revoked`` if it is still under the epoch ``value``, up or
-    returning (a write under a returning epoch is missed by that epoch once it is up)."""
+def _revoked(revocations: Mapping[str, tuple[str, ServerEpoch]]) -> RecordChange:
+    """Revocations, all in one change: each ``node: (value, revoked)`` goes ``revoked`` if it is
+    still under the epoch ``value``, up or returning (a write under a returning epoch is missed
+    by that epoch once it is up); no change once the record has left every ``value``."""
 
     def change(stored: RingRecord) -> RingRecord | None:
-        now = stored.epoch(node)
-        if now.value != value or now.state is EpochState.DOWN:
-            return None
-        return stored.with_epoch(node, revoked)
+        after = stored
+        for node, (value, revoked) in revocations.items():
+            now = after.epoch(node)
+            if now.value == value and now.state is not EpochState.DOWN:
+                after = after.with_epoch(node, revoked)
+        return None if after is stored else after
 
     return change
 
@@ -201,19 +204,22 @@ class Router:
             # an absence, even if this process has moved on to the next ring state since.
             raise KeysMoving("memcached ring: keys written are moving between servers")
         assert placement is not None  # no owner is MOVED
+        lost: dict[str, ServerEpoch] = {}
+        held: dict[str, ServerEpoch] = {}
         for node in sorted({placement.nodes[o] for o in owners}):
             seq, epoch = self._unanswered_at.get(node, (0, None))
             if epoch is not None and seq > since:
-                self.revoke(node, epoch)
+                lost[node] = epoch
                 continue
             record = self.record()
             if record is None:  # the record cannot be read: made again under the next lease
                 raise KeysMoving("memcached ring: no lease on the record to judge a skipped write")
             use = self.use(node, record)
             if use.suffix is None and use.skip_is_missed:
-                self.revoke(node, use.epoch)
+                lost[node] = use.epoch
             else:  # down in the record (free), or absent under an epoch not up yet
-                self.hold(node, use.epoch)
+                held[node] = use.epoch
+        self.hold(self.revoke(lost) | held)
 
     # -- epochs in the record ----------------------------------------------------------------
 
@@ -227,27 +233,38 @@ class Router:
         record = self.record()
         return [n for n, suffix in suffixes.items() if self.use(n, record).suffix != suffix]
 
-    def revoke(self, node: str, epoch: ServerEpoch) -> None:
-        """``node`` missed a write sent (or skipped) under ``epoch``: the record gives it a new
-        epoch, ``DOWN``, by compare-and-set (unless the record has left ``epoch`` already),
-        and this returns a lease period after this process first saw the record without
-        ``epoch``: every lease taken before has run out, and no process reads the items that
-        missed the write. ``CacheUnavailable`` when the record cannot be read or written: then
-        nothing records that its items are stale, and the caller must not go on."""
-        if epoch.state is EpochState.DOWN:  # no write is sent under one: no lease was held
-            raise CacheUnavailable(f"memcached {node}: missed writes, and no lease on the record")
-        revoked = ServerEpoch(self.trust.new_epoch(), EpochState.DOWN)
-        record = self.trust.ring.update(_revoked(node, epoch.value, revoked))
+    def revoke(self, lost: Mapping[str, ServerEpoch]) -> dict[str, ServerEpoch]:
+        """Servers that missed a write sent (or skipped) under their epochs in ``lost``: the
+        record gives each a new epoch, ``DOWN``, in one compare-and-set (unless the record has
+        left that epoch already). Returns each server's epoch in the record after it, to
+        ``hold`` on: once every lease on an older epoch has run out, no process reads the items
+        that missed the write. One change and one wait however many servers missed it (a whole
+        fleet down costs a writer one lease, not one per server). ``CacheUnavailable`` when the
+        record cannot be read or written: then nothing records that their items are stale,
+        and the caller must not go on."""
+        if not lost:
+            return {}
+        for node, epoch in sorted(lost.items()):
+            if epoch.state is EpochState.DOWN:  # no write is sent under one: no lease was held
+                raise CacheUnavailable(
+                    f"memcached {node}: missed writes, and no lease on the record"
+                )
+        revocations = {
+            node: (epoch.value, ServerEpoch(self.trust.new_epoch(), EpochState.DOWN))
+            for node, epoch in sorted(lost.items())
+        }
+        record = self.trust.ring.update(_revoked(revocations))
         if record is None:
-            raise CacheUnavailable(f"memcached {node}: missed writes, and no record of it")
-        self.hold(node, record.epoch(node))
+            raise CacheUnavailable(f"memcached {min(lost)}: missed writes, and no record of it")
+        return {node: record.epoch(node) for node in lost}
 
-    def hold(self, node: str, epoch: ServerEpoch) -> None:
-        """Returns once every lease on an epoch of ``node`` older than ``epoch`` has run out
-        (``ServerTrust.held_until``): a write made, skipped or missed there is then read by no
-        process through an older epoch's items."""
+    def hold(self, epochs: Mapping[str, ServerEpoch]) -> None:
+        """Returns once every lease on an epoch older than ``epochs`` gives each server has
+        run out (``ServerTrust.held_until``, the latest of them): a write made, skipped or
+        missed there is then read by no process through an older epoch's items."""
         trust = self.trust
-        self.wait(trust.held_until(node, epoch) - trust.clock())
+        until = max((trust.held_until(n, e) for n, e in epochs.items()), default=float("-inf"))
+        self.wait(until - trust.clock())
 
     def advance(self) -> None:
         """Brings servers back, one step of the record each: a server ``DOWN`` that answers a
