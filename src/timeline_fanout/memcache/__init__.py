@@ -1,5 +1,7 @@
-"""A memcached client for pipelined batches: the text and meta protocols' wire (`wire`), a
-blocking cluster of servers on a rendezvous ring (`cluster`), and its event-loop twin for reads
+"""A memcached client for pipelined batches: the text and meta protocols' wire (`wire`), one
+connection per server made by an injected factory (`pools`), the router that places keys on a
+rendezvous ring and keeps the epochs' rules (`router`), the executor of pipelined exchanges
+(`executor`), the blocking command API over them (`cluster`), and its event-loop twin for reads
 (`async_cluster`).
 
 It imports nothing of this project's: every outcome of a write is a named value (`Outcome`),

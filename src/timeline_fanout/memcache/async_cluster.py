@@ -322,7 +322,7 @@ class AsyncMemcache:
     def _outlived(self, plan: tuple[_Part, ...]) -> list[str]:
         """The servers of ``plan`` not readable under the live lease with the epoch it was made
         with (replies read after a lease ran out may be from an epoch revoked since: the
-        blocking client's ``_outlived`` says why)."""
+        blocking client's ``Router.outlived`` says why)."""
         return [p.node for p in plan if self._trust.suffix(p.node) != p.suffix]
 
     async def _exchange(

@@ -4,8 +4,9 @@ pymemcache sends a batch of store commands in one write only through a private m
 multi-get server by server, and builds and parses every key's command in Python with checks that
 cost more client time than memcached needs to execute it (~4 µs a key, measured). A fan-out
 writes one token to thousands of keys and the graph consumer reads and writes two lists per
-event, so here a whole pipeline is built by one ``bytes.join`` and sent in one write, and every
-reply is read back and returned (never ``noreply``: the outcome of each write matters). Keys
+event, so here a whole pipeline is built by one ``bytes.join`` and sent in one write (by a
+pipe of memcache/pools.py), and every reply is read back and returned (never ``noreply``: the
+outcome of each write matters). Keys
 reach this module already validated. Reads use meta gets (``mg key v c``: one reply per key, in
 order, so a reply needs no key to be matched).
 
