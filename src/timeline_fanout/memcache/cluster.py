@@ -30,7 +30,9 @@ from timeline_fanout.memcache.router import Router
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.memcache.wire import (
     NOT_READ,
+    NOT_STORED,
     QUIET_VALUE_MAX,
+    STORED,
     AppendGroup,
     CacheUnavailable,
     Item,
@@ -53,7 +55,6 @@ __all__ = [
 ]
 
 _GONE = b"NOT_FOUND\r\n"
-_STORED_LINE = b"STORED\r\n"
 
 
 def keep_ttl(ttl: int) -> int:
@@ -79,8 +80,8 @@ def _append_job(value: bytes, keys: Sequence[bytes]) -> Job:
     """``value`` appended to each of ``keys``: quiet where the value is short enough (see
     ``wire.QUIET_VALUE_MAX``). An unavailable server's appends are answered not stored."""
     if len(value) <= QUIET_VALUE_MAX:
-        return Job(partial(_quiet_appends, value), keys, quiet=True, absent=b"NOT_STORED\r\n")
-    return Job(partial(_classic_appends, value), keys, absent=b"NOT_STORED\r\n")
+        return Job(partial(_quiet_appends, value), keys, quiet=True, absent=NOT_STORED)
+    return Job(partial(_classic_appends, value), keys, absent=NOT_STORED)
 
 
 def _quiet_appends(value: bytes, keys: list[bytes], suffix: bytes) -> bytes:
@@ -182,7 +183,7 @@ class MemcacheCluster:
         def replace(keys: list[bytes], data: list[bytes]) -> bytes:
             return store_pipeline(b"replace", keys, data, expire)
 
-        absent = b"NOT_STORED\r\n" if command == b"append" else _STORED_LINE
+        absent = NOT_STORED if command == b"append" else STORED
         job = Job(
             build,
             list(values),
@@ -238,7 +239,7 @@ class MemcacheCluster:
         expires = [expire] * len(keys) if isinstance(expire, int) else [expire[k] for k in keys]
         pairs = list(values.values())
         columns = ([v for v, _ in pairs], _cas_ids([c for _, c in pairs]), expires)
-        job = Job(cas_pipeline, keys, columns, absent=b"NOT_FOUND\r\n", cas_column=1)
+        job = Job(cas_pipeline, keys, columns, absent=_GONE, cas_column=1)
         return self._outcomes(job)
 
     def cas(self, key: bytes, value: bytes, cas_id: bytes, expire: int = 0) -> Outcome:

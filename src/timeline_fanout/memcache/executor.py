@@ -25,7 +25,7 @@ from timeline_fanout.memcache.pools import ServerPipe, ServerPools, cas_on
 from timeline_fanout.memcache.ring import MOVED, EpochState, Placement, ServerEpoch
 from timeline_fanout.memcache.router import Router
 from timeline_fanout.memcache.trust import ServerUse
-from timeline_fanout.memcache.wire import CacheUnavailable, KeysMoving
+from timeline_fanout.memcache.wire import NOT_STORED, STORED, CacheUnavailable, KeysMoving
 
 __all__ = ["PIPELINE", "WINDOW", "Answered", "Executor", "Job"]
 
@@ -35,7 +35,6 @@ PIPELINE = 2000
 # Pipelines sent to one server before its first replies are read: two keep the server busy
 # while the client reads and builds, and bound unread replies to a few tens of KB.
 WINDOW = 2
-_STORED_LINE = b"STORED\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +140,7 @@ class Executor:
                 moving = [k for k, o in zip(job.keys, owners, strict=True) if o == MOVED]
                 made_up = job.unanswered(moving)
                 if refuse_moving and job.absent is not None and not job.quiet:
-                    made_up = made_up.replace(_STORED_LINE, b"NOT_STORED\r\n")
+                    made_up = made_up.replace(STORED, NOT_STORED)
                 done.append(Answered(index, self._nowhere, moving, made_up))
                 unwritten = unwritten or (job.absent is not None and not refuse_moving)
             for at, node in enumerate(nodes):
@@ -236,7 +235,7 @@ class Executor:
                         else:
                             replies = pipe.receive(len(mine))
                             if node in replacing and job.replacing:  # a server keeping nothing
-                                replies = replies.replace(b"NOT_STORED\r\n", _STORED_LINE)
+                                replies = replies.replace(NOT_STORED, STORED)
                         done.append(Answered(index, pipe, mine, replies))
                     except CacheUnavailable:
                         failed(node)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 STORED = b"STORED\r\n"
+NOT_STORED = b"NOT_STORED\r\n"
 TOO_LARGE = b"SERVER_ERROR object too large for cache"
 # The longest value a quiet append carries. A quiet ``ms`` too large for the server is answered
 # by a ``SERVER_ERROR`` that names no key, and memcached 1.6 also unlinks the item it would
