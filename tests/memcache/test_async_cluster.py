@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any
@@ -528,3 +529,65 @@ def test_the_event_loop_reads_no_item_of_a_server_not_up_in_the_register(
             client.close()
 
     run_on_both_loops(main)
+
+
+class StalledRing(HeldRing):
+    """A shared place whose reads stall (a store failing over) once ``stall`` is set, until
+    ``release`` is: the reading thread holds the ring's lock all that time."""
+
+    def __init__(self, record: RingRecord) -> None:
+        super().__init__(record)
+        self.stall = threading.Event()
+        self.stalled = threading.Event()
+        self.release = threading.Event()
+
+    def read_ring(self) -> RingRecord | None:
+        if self.stall.is_set():
+            self.stalled.set()
+            self.release.wait(60)
+        return super().read_ring()
+
+
+def test_the_event_loop_never_waits_on_a_thread_reading_the_register(
+    servers: Servers, cache: MemcacheCluster, refused: Refused
+) -> None:
+    """A request thread stuck in a read of the register (under the ring's lock) leaves the
+    event loop's reads answering under the lease still live, and a server failing there is
+    marked down without waiting for that thread."""
+    names = sorted(f"{host}:{port}" for host, port in servers)
+    dead = f"{refused.pair[0]}:{refused.pair[1]}"
+    source = StalledRing(RingRecord.of([*names, dead]))
+    trust = process_trust([*names, dead], source, TrustSettings(timeout_s=TIMEOUT), 60.0)
+    assert trust.ring.renewed() is not None  # a lease of a minute, taken now
+    keys = [k for k in (b"k%d" % i for i in range(40)) if cache_owner(trust, k) != dead]
+    lost = next(k for k in (b"x%d" % i for i in range(200)) if cache_owner(trust, k) == dead)
+    written = MemcacheCluster([*servers, refused.pair], trust=trust).set_many({k: k for k in keys})
+    assert written == dict.fromkeys(keys, Outcome.STORED)
+    source.stall.set()
+    stuck = threading.Thread(target=trust.ring.update, args=(lambda stored: None,))
+    stuck.start()
+    assert source.stalled.wait(10)  # the thread holds the ring's lock, reading
+
+    async def main() -> None:
+        client = AsyncMemcache([*servers, refused.pair], trust=trust)
+        try:
+            found = await asyncio.wait_for(client.gets_many(keys), 5)
+            assert {k: v.value for k, v in found.items()} == {k: k for k in keys}
+            with pytest.raises(CacheUnavailable):
+                await asyncio.wait_for(client.gets_many([lost]), 5)
+            assert trust.is_down(dead)
+        finally:
+            client.close()
+
+    try:
+        run_on_both_loops(main)
+        assert stuck.is_alive()  # all of it answered while the register read was stuck
+    finally:
+        source.release.set()
+        stuck.join(10)
+
+
+def cache_owner(trust: ServerTrust, key: bytes) -> str:
+    placement = trust.ring.current()
+    assert placement is not None
+    return placement.nodes[placement.owners([key])[0]]

@@ -16,9 +16,22 @@ Two kinds of knowledge meet here, and only one of them decides what may be read:
   commits. A down server comes back through ``RETURNING`` (written under its new epoch, no item
   created) and is ``UP`` again a lease period later.
 
-This module holds the state (one per process, shared by the blocking and the event-loop
-clients, from any thread: each method reads or replaces whole values, under a lock where it
-reads and writes); the cluster does the I/O.
+This module holds the state; the clients do the I/O.
+
+**Threads.** One ``ServerTrust`` serves a whole process: the blocking clients of API and
+consumer threads, the ring's renewal thread, and the event loop's client, which must never wait
+on another thread's I/O. So:
+
+- what a server's reachability is lives in one immutable ``_Down`` per server, in one dict,
+  replaced whole: a reader without the lock sees one mark or the next, never half of each;
+- the lock is taken only to read-modify-write a mark (``mark_down`` counts failed probes), for
+  a few dict operations and never across I/O, so holding it costs the event loop nothing;
+- the record's side is ``RingView``'s: its lock is held across reads of the shared place, and
+  nothing the event loop calls takes it (``use``, ``suffix``, ``is_down``, ``mark_down`` read
+  the record and lease last adopted, which are replaced whole).
+
+A stale answer here only ever changes how much a process *uses* a server (one request sent to a
+server just marked down times out); what may be read is decided by the record alone.
 """
 
 from __future__ import annotations
@@ -68,6 +81,15 @@ class ServerUse(NamedTuple):
     skip_is_missed: bool
 
 
+class _Down(NamedTuple):
+    """A server this process found failing: left alone ``until``, marked under the record's
+    epoch ``under``, after ``failed`` probes in a row failed (0: the first failure)."""
+
+    until: float
+    under: ServerEpoch
+    failed: int
+
+
 class ServerTrust:
     """Per server: down until when (this process's view), and the shared record's epochs."""
 
@@ -84,9 +106,7 @@ class ServerTrust:
         self.settings = settings or TrustSettings()
         self.clock = clock
         self.new_epoch = new_epoch
-        self._down_until: dict[str, float] = {}
-        self._down_under: dict[str, ServerEpoch] = {}  # the record's, when marked down
-        self._failed_probes: dict[str, int] = {}
+        self._down: dict[str, _Down] = {}  # each mark replaced whole (module docstring)
         self._lock = threading.Lock()
 
     @classmethod
@@ -109,29 +129,28 @@ class ServerTrust:
         ``retry_s``): a hung server costs one request a timeout per interval, and the
         intervals grow while it stays hung."""
         with self._lock:
-            failed = self._failed_probes.get(server, -1) + 1
-            self._failed_probes[server] = failed
+            before = self._down.get(server)
+            failed = 0 if before is None else before.failed + 1
             backoff = self.settings.retry_s * min(8, 2**failed)
-            self._down_until[server] = self.clock() + backoff
-            self._down_under[server] = self.ring.record.epoch(server)
+            under = self.ring.record.epoch(server)
+            self._down[server] = _Down(self.clock() + backoff, under, failed)
 
     def mark_up(self, server: str) -> None:
         with self._lock:
-            self._down_until.pop(server, None)
-            self._failed_probes.pop(server, None)
+            self._down.pop(server, None)
 
     def is_down(self, server: str) -> bool:
         """Down and not yet due for a probe. A server another process brought back since this
         one marked it down (the record gives it another epoch or state) is due at once:
         waiting out the back-off would only skip writes to it, each one revoking it again."""
-        until = self._down_until.get(server)
-        if until is None or self.clock() >= until:
+        down = self._down.get(server)
+        if down is None or self.clock() >= down.until:
             return False
-        return self._down_under.get(server) == self.ring.record.epoch(server)
+        return down.under == self.ring.record.epoch(server)
 
     def was_down(self, server: str) -> bool:
         """Marked down at some point and not seen answering since (a probe is due)."""
-        return server in self._down_until
+        return server in self._down
 
     # -- the record's epochs ---------------------------------------------------------------
 
