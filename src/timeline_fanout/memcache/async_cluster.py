@@ -8,10 +8,13 @@ awaits a future; replies come back in the order the pipelines were written, so t
 reader hands them out in that order. Under load one socket read brings the replies of several
 requests, so a read costs less than one system call per request.
 
-Placement is ``MemcacheCluster``'s (memcache/ring.py), commands are the same meta
-gets (``meta_get_pipeline``, asking for values alone: these reads never write back, so they
-need no CAS id or time to live) and replies are parsed by the same ``take_values``, so an item
-read here is the item the blocking client would have read.
+Routing is the blocking client's: the same ``Router`` (memcache/router.py) splits the keys by
+server under the same names and epochs and judges the replies once they are in, using only
+what never waits (the live lease, never a read of the record or a probe). Commands are the same
+meta gets (``meta_get_pipeline``, asking for values alone: these reads never write back, so
+they need no CAS id or time to live) and replies are parsed by the same ``take_values``, so an
+item read here is the item the blocking client would have read. What differs is the I/O alone,
+and that a read here that cannot be answered whole raises (the blocking client answers it).
 
 **Unchanged replies are not parsed.** A caller may pass the replies an earlier call with the
 same keys got (``gets_replies``): a server's replies that begin with exactly those bytes are
@@ -39,7 +42,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from timeline_fanout.memcache.ring import MOVED, Placement, RingRecord
+from timeline_fanout.memcache.ring import Placement, RingRecord
+from timeline_fanout.memcache.router import Lease, Router, sent
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
@@ -251,6 +255,7 @@ class AsyncMemcache:
         if not self._addresses:
             raise ValueError("no memcached servers configured")
         self._trust = trust = trust or ServerTrust.of(list(self._addresses.values()), timeout)
+        self._router = Router(trust)  # never probes: a due server is asked by its next read
         self._timeout = trust.settings.timeout_s
         self._connections: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Future[_Connection]] = {}
@@ -291,10 +296,11 @@ class AsyncMemcache:
         asked = keys if isinstance(keys, tuple) else tuple(keys)
         if not asked:
             return (), [], None
-        placement = self._placement()
+        lease = self._lease()
+        placement = lease.placement
         plan = self._plans.get(asked)
         if plan is None or self._outlived(plan) or plan[0].placement is not placement:
-            plan = self._plan(asked, placement, remember)
+            plan = self._plan(asked, lease, remember)
         comparable = (
             earlier is not None and earlier.keys == asked and earlier.ring == placement.record
         )
@@ -306,24 +312,23 @@ class AsyncMemcache:
             raise CacheUnavailable("memcached ring: its record changed or ran out mid-read")
         return plan, parts, expected
 
-    def _placement(self) -> Placement:
-        """Where keys are now (memcache/ring.py); ``CacheUnavailable`` when this process's
-        ring lease ran out (a blocking client reads the record again: this loop never
-        waits on the shared place)."""
-        placement = self._trust.ring.current()
-        if placement is None:
+    def _lease(self) -> Lease:
+        """Where keys are now and their epochs (memcache/ring.py); ``CacheUnavailable`` when
+        this process's ring lease ran out (a blocking client reads the record again: this loop
+        never waits on the shared place)."""
+        lease = self._router.now()
+        if lease is None:
             raise CacheUnavailable("memcached ring: no lease on the ring record")
-        for node in placement.nodes:
+        for node in lease.placement.nodes:
             if node not in self._addresses:
                 host, port = node.rsplit(":", 1)
                 self._addresses[node] = (host, int(port))
-        return placement
+        return lease
 
     def _outlived(self, plan: tuple[_Part, ...]) -> list[str]:
-        """The servers of ``plan`` not readable under the live lease with the epoch it was made
-        with (replies read after a lease ran out may be from an epoch revoked since: the
-        blocking client's ``Router.outlived`` says why)."""
-        return [p.node for p in plan if self._trust.suffix(p.node) != p.suffix]
+        """The servers of ``plan`` whose epoch changed since it was made, or that the live
+        lease no longer covers (``Router.outlived``, without renewal)."""
+        return self._router.outlived({p.node: p.suffix for p in plan}, renew=False)
 
     async def _exchange(
         self, plan: tuple[_Part, ...], expected: tuple[bytes, ...] | None, remember: bool
@@ -359,41 +364,29 @@ class AsyncMemcache:
             raise
         return parts
 
-    def _plan(
-        self, keys: tuple[bytes, ...], placement: Placement, remember: bool
-    ) -> tuple[_Part, ...]:
+    def _plan(self, keys: tuple[bytes, ...], lease: Lease, remember: bool) -> tuple[_Part, ...]:
         """Per server (in ring order), its keys and their meta gets; if ``remember``, kept for
         the next multi-GET of the same keys (placing a key costs a hash per server). A key
-        moving between servers (memcache/ring.py) makes the read ``CacheUnavailable``: the
-        blocking client answers it from the edge store."""
-        unique = list(dict.fromkeys(keys))
-        mine: list[list[bytes]] = [[] for _ in placement.nodes]
-        names: list[list[bytes]] = [[] for _ in placement.nodes]
-        owners = placement.owners(unique)  # before ``names``: a key is named when placed
-        renamed = placement.names(unique)
-        for key, owner in zip(unique, owners, strict=True):
-            if owner == MOVED:
-                raise CacheUnavailable("memcached ring: a key read is moving between servers")
-            mine[owner].append(key)
-            names[owner].append(renamed.get(key, key))
-        suffixes = {
-            node: self._trust.suffix(node)
-            for node, part in zip(placement.nodes, mine, strict=True)
-            if part
-        }
-        unusable = sorted(node for node, suffix in suffixes.items() if suffix is None)
+        moving between servers (memcache/ring.py), or on a server not readable now, makes the
+        read ``CacheUnavailable``: the blocking client answers it."""
+        split = self._router.split(lease.placement, list(dict.fromkeys(keys)))
+        if split.moving:
+            raise CacheUnavailable("memcached ring: a key read is moving between servers")
+        uses = {route.node: self._router.use(route.node, lease.record) for route in split.routes}
+        unusable = sorted(node for node, use in uses.items() if not use.readable)
         if unusable:
             raise CacheUnavailable(f"memcached {unusable[0]}: down, or no lease on its epoch")
+        names = split.names
         plan = tuple(
             _Part(
                 node,
-                part,
-                meta_get_pipeline(_suffixed(named, sfx), writable=False),
-                sfx,
-                placement,
+                mine,
+                meta_get_pipeline(sent(mine, names, suffix), writable=False),
+                suffix,
+                lease.placement,
             )
-            for node, part, named in zip(placement.nodes, mine, names, strict=True)
-            if part and (sfx := suffixes[node]) is not None
+            for node, _, mine in split.routes
+            if (suffix := uses[node].suffix) is not None
         )
         if remember and len(keys) <= REMEMBERED_PLAN_KEYS // 64:
             if self._plan_keys + len(keys) > REMEMBERED_PLAN_KEYS:
@@ -438,10 +431,6 @@ class AsyncMemcache:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
-
-
-def _suffixed(keys: list[bytes], suffix: bytes) -> list[bytes]:
-    return [key + suffix for key in keys] if suffix else keys
 
 
 def _found(plan: tuple[_Part, ...], parts: list[_Waiting]) -> dict[bytes, Item]:

@@ -113,7 +113,7 @@ class MemcacheCluster:
             raise ValueError("no memcached servers configured")
         self.trust = trust = trust or ServerTrust.of(servers, timeout)
         self._pools = ServerPools(connect or tcp(trust.settings.timeout_s))
-        self.router = Router(trust, self._pools, sleep, brings_back)
+        self.router = Router(trust, self._pools.answers, sleep, brings_back)
         self._executor = Executor(self.router, self._pools)
         self._refuse_moving = False
 

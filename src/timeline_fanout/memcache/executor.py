@@ -17,13 +17,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import eq
+from itertools import compress
 from typing import Any, NamedTuple
 
 from timeline_fanout.memcache.pools import ServerPipe, ServerPools, cas_on
 from timeline_fanout.memcache.ring import MOVED, EpochState, Placement, ServerEpoch
-from timeline_fanout.memcache.router import Router
+from timeline_fanout.memcache.router import Router, Split, sent
 from timeline_fanout.memcache.trust import ServerUse
 from timeline_fanout.memcache.wire import NOT_STORED, STORED, CacheUnavailable, KeysMoving
 
@@ -130,23 +129,17 @@ class Executor:
         names: dict[bytes, bytes] = {}  # the keys sent under another name (memcache/ring.py)
         unwritten = False  # a write to a key moving between servers was not sent
         for index, job in enumerate(jobs):
-            if placement is None:
-                owners = [MOVED] * len(job.keys)
-            else:
-                owners = placement.owners(job.keys)
-                names.update(placement.names(job.keys))
-            if MOVED in owners:  # answered as no server: it holds nothing, keeps nothing
+            split = router.split(placement, job.keys) if placement else Split([], [*job.keys], {})
+            names.update(split.names)
+            if split.moving:  # answered as no server: it holds nothing, keeps nothing
                 router.moving()
-                moving = [k for k, o in zip(job.keys, owners, strict=True) if o == MOVED]
-                made_up = job.unanswered(moving)
+                made_up = job.unanswered(split.moving)
                 if refuse_moving and job.absent is not None and not job.quiet:
                     made_up = made_up.replace(STORED, NOT_STORED)
-                done.append(Answered(index, self._nowhere, moving, made_up))
+                done.append(Answered(index, self._nowhere, split.moving, made_up))
                 unwritten = unwritten or (job.absent is not None and not refuse_moving)
-            for at, node in enumerate(nodes):
-                mine = list(map(eq, owners, repeat(at)))
-                keys = list(compress(job.keys, mine))
-                cols = [list(compress(c, mine)) for c in job.columns]
+            for node, mask, keys in split.routes:
+                cols = [list(compress(c, mask)) for c in job.columns]
                 queues[node].extend(
                     (index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(keys), PIPELINE)
@@ -193,7 +186,8 @@ class Executor:
         flying: dict[str, deque[tuple[int, list[bytes]]]] = {node: deque() for node in queues}
 
         def failed(node: str) -> None:
-            router.failed(node)
+            self._pools.pipe(node).close()  # its replies unread: the connection is unusable
+            router.trust.mark_down(node)
             queues[node].extendleft((i, m, []) for i, m in reversed(flying[node]))
             flying[node].clear()
             suffixes.pop(node, None)
@@ -207,17 +201,17 @@ class Executor:
                             index, mine, cols = queue.popleft()
                             flying[node].append((index, mine))
                             suffix = suffixes[node]
-                            named = [names.get(k, k) for k in mine] if names else mine
                             pipe = self._pools.pipe(node)
                             job = jobs[index]
                             if job.quiet:
-                                pipe.send(job.build(named, suffix))
+                                pipe.send(job.build(sent(mine, names), suffix))
                                 continue
-                            sent = [k + suffix for k in named] if suffix else named
                             build = (
                                 job.replacing if node in replacing and job.replacing else job.build
                             )
-                            pipe.send(build(sent, *job.on(cols, pipe.connect())))
+                            pipe.send(
+                                build(sent(mine, names, suffix), *job.on(cols, pipe.connect()))
+                            )
                     except CacheUnavailable:
                         failed(node)
                 for node, in_flight in flying.items():

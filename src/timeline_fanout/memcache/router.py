@@ -1,12 +1,17 @@
 """Where a key goes and under which epoch, and what a write that missed a server costs: the
-blocking client's side of the register (docs/design/cache-register.md).
+clients' side of the register (docs/design/cache-register.md).
 
 The router answers from the ring record under this process's lease (memcache/ring.py) and
-from this process's reachability (memcache/trust.py): which server owns a key, whether it may
-be read, how it may be written (``ServerUse``). It also keeps the client's ledger of
-exchanges left unanswered, from which ``missed`` judges a write a reader's answer made the
-writer skip. The executor (memcache/executor.py) asks it before an exchange and tells it what
-went unanswered after; every change of the record it makes is a compare-and-set:
+from this process's reachability (memcache/trust.py): which server owns a key and under which
+name (``split``), whether it may be read, how it may be written (``ServerUse``), and whether
+replies read under a lease still hold once they are in (``outlived``). Both clients route
+through it: the blocking one (memcache/executor.py) and the event loop's
+(memcache/async_cluster.py), which uses only what never waits (``now``, ``split``, ``use``
+and ``outlived`` without renewal); they differ only in their I/O.
+
+For the blocking client it also keeps the ledger of exchanges left unanswered, from which
+``missed`` judges a write a reader's answer made the writer skip, and makes the changes of the
+record, each a compare-and-set:
 
 - **revoke**: a server missed a write; its epoch goes ``DOWN`` under a new value, and the
   writer waits a lease period after it first saw that value (``hold``), so no lease taken
@@ -23,9 +28,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from itertools import compress, repeat
+from operator import eq
 from typing import NamedTuple
 
-from timeline_fanout.memcache.pools import ServerPools
 from timeline_fanout.memcache.ring import (
     MOVED,
     EpochState,
@@ -37,7 +43,7 @@ from timeline_fanout.memcache.ring import (
 from timeline_fanout.memcache.trust import ServerTrust, ServerUse
 from timeline_fanout.memcache.wire import CacheUnavailable, KeysMoving
 
-__all__ = ["Lease", "Router"]
+__all__ = ["Lease", "Route", "Router", "Split", "sent"]
 
 
 class Lease(NamedTuple):
@@ -45,6 +51,32 @@ class Lease(NamedTuple):
 
     placement: Placement
     record: RingRecord
+
+
+class Route(NamedTuple):
+    """One server's share of a batch of keys: ``mask`` says, per key asked, whether it goes
+    there (to split aligned columns alike), ``keys`` are those keys as asked."""
+
+    node: str
+    mask: list[bool]
+    keys: list[bytes]
+
+
+class Split(NamedTuple):
+    """A batch of keys placed: each server's ``routes`` (in ring order, the servers given
+    none left out), the keys ``moving`` between servers (no server may be used for them:
+    memcache/ring.py), and ``names``, the keys sent under another name than asked."""
+
+    routes: list[Route]
+    moving: list[bytes]
+    names: dict[bytes, bytes]
+
+
+def sent(keys: list[bytes], names: Mapping[bytes, bytes], suffix: bytes = b"") -> list[bytes]:
+    """``keys`` as sent to their server: under their names there (``Split.names``), with its
+    epoch suffix."""
+    named = [names.get(k, k) for k in keys] if names else keys
+    return [key + suffix for key in named] if suffix else named
 
 
 def _stepped(node: str, before: ServerEpoch, after: ServerEpoch) -> RecordChange:
@@ -74,20 +106,22 @@ def _revoked(revocations: Mapping[str, tuple[str, ServerEpoch]]) -> RecordChange
 
 
 class Router:
-    """One blocking client's placement, epochs and ledger of unanswered exchanges. ``trust``
-    may be shared with the process's other clients; ``sleep`` is how this client waits (a
-    hold, a list being built); ``brings_back``: whether this client makes ``advance``'s steps
-    (a client that only injects faults does not)."""
+    """One client's placement, epochs and ledger of unanswered exchanges. ``trust`` may be
+    shared with the process's other clients; ``probe`` asks a server whether it answers (None:
+    this client never probes; a due server is asked by its next request, and its failure marks
+    it down); ``sleep`` is how this client waits (a hold, a list being built); ``brings_back``:
+    whether this client makes ``advance``'s steps (a client that only injects faults does
+    not)."""
 
     def __init__(
         self,
         trust: ServerTrust,
-        pools: ServerPools,
+        probe: Callable[[str], bool] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         brings_back: bool = True,
     ) -> None:
         self.trust = trust
-        self._pools = pools
+        self._probe_io = probe
         self._sleep = sleep
         self._brings_back = brings_back
         self._unanswered_seq = 0  # exchanges left unanswered, counted (``checkpoint``)
@@ -113,6 +147,26 @@ class Router:
         placement = self.placement()
         record = self.trust.ring.leased() if placement is not None else None
         return None if placement is None or record is None else Lease(placement, record)
+
+    def now(self) -> Lease | None:
+        """``lease`` without reading the record again or probing: for a caller that must never
+        wait (the event loop). None once the lease ran out: the blocking clients renew it."""
+        view = self.trust.ring
+        placement, record = view.current(), view.leased()
+        return None if placement is None or record is None else Lease(placement, record)
+
+    def split(self, placement: Placement, keys: Sequence[bytes]) -> Split:
+        """``keys`` placed: each server's share, the keys moving, the keys renamed."""
+        owners = placement.owners(keys)  # before ``names``: a key is named when placed
+        names = placement.names(keys)
+        moving = (
+            [k for k, o in zip(keys, owners, strict=True) if o == MOVED] if MOVED in owners else []
+        )
+        routes = []
+        for at in sorted(set(owners) - {MOVED}):
+            mask = list(map(eq, owners, repeat(at)))
+            routes.append(Route(placement.nodes[at], mask, list(compress(keys, mask))))
+        return Split(routes, moving, names)
 
     def record(self) -> RingRecord | None:
         """The record under a live lease, read again if it ran out (a revocation's wait, a
@@ -151,7 +205,8 @@ class Router:
         it down and a probe is due (a server down in the record is probed by ``advance``)."""
         trust = self.trust
         if (
-            record is not None
+            self._probe_io is not None
+            and record is not None
             and record.epoch(node).state is not EpochState.DOWN
             and trust.was_down(node)
             and not trust.is_down(node)
@@ -160,17 +215,12 @@ class Router:
         return trust.use(node, record)
 
     def _probe(self, node: str) -> bool:
-        answers = self._pools.answers(node)
+        answers = self._probe_io is not None and self._probe_io(node)
         if answers:
             self.trust.mark_up(node)
         else:
             self.trust.mark_down(node)
         return answers
-
-    def failed(self, node: str) -> None:
-        """``node`` failed mid-exchange: its connection closed (its replies unread), down."""
-        self._pools.pipe(node).close()
-        self.trust.mark_down(node)
 
     # -- the ledger of unanswered exchanges ----------------------------------------------------
 
@@ -223,14 +273,15 @@ class Router:
 
     # -- epochs in the record ----------------------------------------------------------------
 
-    def outlived(self, suffixes: Mapping[str, bytes]) -> list[str]:
+    def outlived(self, suffixes: Mapping[str, bytes], renew: bool = True) -> list[str]:
         """Servers whose use changed during an exchange (the record, read again if the lease
-        ran out meanwhile, gives them another epoch, or none can be read): their replies are
-        treated as unanswered. A lease guarantees that its epoch is not revoked with a commit
-        behind the revocation only while it lasts, and a request may be sent, and answered,
-        up to a timeout after its lease was checked: an answer from a revoked epoch, arriving
-        after the revoking writer committed, would miss that writer's write."""
-        record = self.record()
+        ran out meanwhile, gives them another epoch, or none can be read; without ``renew``,
+        none is read: a lease run out outlives them all): their replies are not to be used.
+        A lease guarantees that its epoch is not revoked with a commit behind the revocation
+        only while it lasts, and a request may be sent, and answered, up to a timeout after
+        its lease was checked: an answer from a revoked epoch, arriving after the revoking
+        writer committed, would miss that writer's write."""
+        record = self.record() if renew else self.trust.ring.leased()
         return [n for n, suffix in suffixes.items() if self.use(n, record).suffix != suffix]
 
     def revoke(self, lost: Mapping[str, ServerEpoch]) -> dict[str, ServerEpoch]:
