@@ -33,6 +33,7 @@ os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from tests import leftover_servers  # noqa: E402
+from tests.held_ring import own_trust  # noqa: E402
 from timeline_fanout.cli.settings import Settings, environment  # noqa: E402
 from timeline_fanout.graph import ListSettings, ShardedLists  # noqa: E402
 from timeline_fanout.graph.lists.sharded import ShardedLayout  # noqa: E402
@@ -110,7 +111,7 @@ def local_stack() -> Iterator[stack.StackState]:
 @pytest.fixture
 def cache(local_stack: stack.StackState) -> Iterator[MemcacheCluster]:
     servers = Settings(memcached=local_stack.memcached).memcached_servers
-    cluster = MemcacheCluster(servers)
+    cluster = MemcacheCluster(servers, trust=own_trust(servers))
     cluster.flush_all()
     yield cluster
     cluster.close()

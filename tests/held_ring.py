@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.memcache.ring import RingRecord, RingSource, RingView
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
 
@@ -41,6 +42,17 @@ def process_trust(
     clock: Callable[[], float] = time.monotonic,
 ) -> ServerTrust:
     """What one process of the product holds: its trust in ``servers``, under leases of
-    ``lease_s`` on the register (``source``) every process of the test shares."""
-    view = RingView(RingRecord.of(servers), source, lease_s, clock=clock)
+    ``lease_s`` on the register (``source``) every process of the test shares, placing the
+    product's keys as it does (``KeySpace.families``)."""
+    view = RingView(
+        RingRecord.of(servers), source, lease_s, clock=clock, families=KeySpace.families
+    )
     return ServerTrust(servers, bounds, clock=clock, ring=view)
+
+
+def own_trust(servers: Sequence[tuple[str, int]]) -> ServerTrust:
+    """A process's trust in ``servers`` under a record of its own (no shared register),
+    placing the product's keys as the product does (``KeySpace.families``)."""
+    names = [f"{host}:{port}" for host, port in servers]
+    view = RingView(RingRecord.of(names), families=KeySpace.families)
+    return ServerTrust(names, ring=view)

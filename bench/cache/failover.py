@@ -31,7 +31,7 @@ from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import Delivery, TokenLists
 from timeline_fanout.graph.lists.tokens import Change, token
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
-from timeline_fanout.graph.model.keys import ListKind, ListRef
+from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.entries import TimelineEntry
 from timeline_fanout.graph.timelines.reader import TimelineSource
@@ -140,7 +140,8 @@ def run(settings: Settings, report: Report) -> None:
         store = SqliteEdgeStore(Path(tmp) / "edges.db")
         addresses = [address for _, address in servers]
         names = [f"{h}:{p}" for h, p in addresses]
-        trust = ServerTrust(names, BOUNDS, ring=RingView(RingRecord.of(names), lease_s=LEASE_S))
+        view = RingView(RingRecord.of(names), lease_s=LEASE_S, families=KeySpace.families)
+        trust = ServerTrust(names, BOUNDS, ring=view)
         counted = CountedStore(store)
         cache = MemcacheCluster(addresses, trust=trust)
         lists = TokenLists(ShardedLayout, cache, counted, ListSettings(namespace="bfo"))

@@ -205,9 +205,15 @@ class Process:
     def _open(self, servers: Sequence[str]) -> tuple[MemcacheCluster, ShardedLists, GraphApplier]:
         record = RingRecord.of(servers)
         view = (
-            RingView(record)
+            RingView(record, families=KeySpace.families)
             if self.source is None
-            else RingView(record, self.source, RING_LEASE_S, clock=lambda: self.now)
+            else RingView(
+                record,
+                self.source,
+                RING_LEASE_S,
+                clock=lambda: self.now,
+                families=KeySpace.families,
+            )
         )
         trust = ServerTrust(list(record.servers), BOUNDS, ring=view)
         cache = MemcacheCluster(pairs(record.servers), trust=trust)
@@ -561,7 +567,8 @@ class Arm:
         """The lists whose server differs between three servers and four (the share a change
         makes cold, or, naively, splits between two copies)."""
         keys = KeySpace(NAMESPACE).ref_keys(self.refs())
-        three, four = Placement(RingRecord.of(self.three)), Placement(RingRecord.of(self.four))
+        three = Placement(RingRecord.of(self.three), KeySpace.families)
+        four = Placement(RingRecord.of(self.four), KeySpace.families)
         before = [three.nodes[o] for o in three.owners(keys)]
         after = [four.nodes[o] for o in four.owners(keys)]
         return sum(a != b for a, b in zip(before, after, strict=True))

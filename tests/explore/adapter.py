@@ -65,7 +65,7 @@ from timeline_fanout.graph.model.edges import (
     StoredBodies,
 )
 from timeline_fanout.graph.model.fresh import Fresh
-from timeline_fanout.graph.model.keys import SEP, ListKind, ListRef
+from timeline_fanout.graph.model.keys import SEP, KeySpace, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines import post_bodies
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
@@ -106,9 +106,10 @@ PROJECT_API = (
     "TimelineReader.read/page/view; TokenLists.cached_many; EdgeStore.delete_posts/post_bodies",
     "Positioned(event, position(ts, offset), Origin(...), raw)",
     "MemcacheCluster(servers, trust=ServerTrust(names, TrustSettings, clock, new_epoch, "
-    "ring=RingView(record, source, lease_s, clock))); its wait/settle/available/checkpoint/"
-    "missed/flush_all, and its connect/sleep/brings_back; memcache.pools.ServerPipe",
-    "memcache.ring: RingRecord.of/servers/rings/moving, Placement(record).owners/nodes, MOVED; "
+    "ring=RingView(record, source, lease_s, clock, families))); its wait/settle/available/"
+    "checkpoint/missed/flush_all, and its connect/sleep/brings_back; memcache.pools.ServerPipe",
+    "memcache.ring: RingRecord.of/servers/rings/moving, Placement(record, families)"
+    ".owners/nodes, MOVED; "
     "memcache.ring_change.change_ring(source, configured, servers, hold, sleep=...)",
     "timeline_fanout.consumers.failures.classify: which errors a consumer retries",
 )
@@ -582,7 +583,10 @@ def explored_cluster(world: World, owner: str, ring: RingView | None = None) -> 
         BOUNDS,
         clock=world.now,
         new_epoch=world.new_epoch,
-        ring=ring or RingView(world.ring.record, world.ring, RING_LEASE_S, clock=world.now),
+        ring=ring
+        or RingView(
+            world.ring.record, world.ring, RING_LEASE_S, clock=world.now, families=KeySpace.families
+        ),
     )
     named = dict(zip(aliases, world.addresses, strict=True))
     return MemcacheCluster(
@@ -698,7 +702,9 @@ class World:
     def _owners(self, key: bytes) -> set[str]:
         """The servers ``key`` is placed on by any version the record holds: where a copy of
         it may be (``server_for`` refuses a key while it moves)."""
-        placements = [Placement(RingRecord.of(ring)) for ring in self.ring.record.rings]
+        placements = [
+            Placement(RingRecord.of(ring), KeySpace.families) for ring in self.ring.record.rings
+        ]
         return {p.nodes[o] for p in placements for o in p.owners([key]) if o != MOVED}
 
     def _delete(self, keys: Sequence[bytes]) -> list[bytes]:

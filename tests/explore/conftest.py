@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.held_ring import own_trust
 from timeline_fanout.memcache.cluster import MemcacheCluster
 from timeline_fanout_devstack.memcached_processes import own_server
 
@@ -20,7 +21,7 @@ def spare_server() -> Iterator[tuple[str, int]]:
 @pytest.fixture
 def cache(cache: MemcacheCluster, spare_server: tuple[str, int]) -> Iterator[MemcacheCluster]:
     stack = [(host, int(port)) for host, port in (s.rsplit(":", 1) for s in cache.servers)]
-    cluster = MemcacheCluster([*stack, spare_server])
+    cluster = MemcacheCluster([*stack, spare_server], trust=own_trust([*stack, spare_server]))
     try:
         yield cluster
     finally:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.held_ring import HeldRing
+from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.memcache.ring import (
     MOVED,
+    PLACEMENTS_REMEMBERED,
     Placement,
     RingRecord,
     RingView,
-    families,
-    family,
 )
 
 THREE = ("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211")
@@ -29,31 +29,13 @@ def name(placement: Placement, key: bytes) -> bytes:
     return placement.names([key]).get(key, key)
 
 
-def test_a_batchs_families_are_each_keys_family_placed_as_it_always_was() -> None:
-    """Every process must place a key alike, whatever its shape: one ``|`` places a key by
-    its first part, as the placement always has (``find`` from the start when the second
-    ``|`` is missing)."""
-    keys = [b"", b"|", b"x|y", b"x|", b"|y", b"a|b|c", b"a|b|c|", b"a||", b"\n|\xff|z|w", b"k"]
-    assert families(keys) == [
-        b"",
-        b"",
-        b"x",
-        b"x",
-        b"",
-        b"a|b|c",
-        b"a|b|c",
-        b"a||",
-        b"\n|\xff|z",
-        b"k",
-    ]
-    assert [family(k) for k in keys] == families(keys)
+def placed(record: RingRecord, remembered: int = PLACEMENTS_REMEMBERED) -> Placement:
+    """A placement of the product's keys: a list's items by its key (``KeySpace.families``)."""
+    return Placement(record, KeySpace.families, remembered)
 
 
 def test_every_item_of_a_list_is_placed_with_the_lists_key() -> None:
-    assert family(b"tf|fl|u1|0a1b|3|n") == b"tf|fl|u1"
-    assert family(b"tf|tl|u1") == b"tf|tl|u1"
-    assert family(b"fanout:epoch:x") == b"fanout:epoch:x"
-    placement = Placement(RingRecord.of(FOUR))
+    placement = placed(RingRecord.of(FOUR))
     for key in KEYS[:200]:
         assert placement.owners([key + b"|0a1b|3", key + b"|0a1b|3|n"]) == placement.owners(
             [key, key]
@@ -61,8 +43,8 @@ def test_every_item_of_a_list_is_placed_with_the_lists_key() -> None:
 
 
 def test_only_keys_whose_owner_changes_are_moving() -> None:
-    before, after = Placement(RingRecord.of(THREE)), Placement(RingRecord.of(FOUR))
-    moving = Placement(RingRecord.of(THREE).moved_to(FOUR))
+    before, after = placed(RingRecord.of(THREE)), placed(RingRecord.of(FOUR))
+    moving = placed(RingRecord.of(THREE).moved_to(FOUR))
     moved = 0
     for key in KEYS:
         if owner(before, key) == owner(after, key):
@@ -77,7 +59,7 @@ def test_only_keys_whose_owner_changes_are_moving() -> None:
 def test_a_key_back_on_a_server_it_left_gets_a_name_never_used_there() -> None:
     grown = RingRecord.of(THREE).moved_to(FOUR).settled()
     back = grown.moved_to(THREE).settled()
-    first, second, third = Placement(RingRecord.of(THREE)), Placement(grown), Placement(back)
+    first, second, third = placed(RingRecord.of(THREE)), placed(grown), placed(back)
     for key in KEYS:
         assert owner(third, key) == owner(first, key)
         if owner(second, key) == owner(first, key):
@@ -89,8 +71,8 @@ def test_a_key_back_on_a_server_it_left_gets_a_name_never_used_there() -> None:
 
 def test_names_survive_the_remembered_placements_being_cleared() -> None:
     back = RingRecord.of(THREE).moved_to(FOUR).settled().moved_to(THREE).settled()
-    once = Placement(back)
-    small = Placement(back, remembered=10)
+    once = placed(back)
+    small = placed(back, 10)
     for start in range(0, 300, 7):
         batch = KEYS[start : start + 9]
         small.owners(batch)
@@ -101,8 +83,8 @@ def test_names_survive_another_threads_placements_clearing_them_meanwhile() -> N
     """A placement is shared by a process's threads: one between its ``owners`` and its
     ``names`` must still find its keys' names after another placed past the bound."""
     back = RingRecord.of(THREE).moved_to(FOUR).settled().moved_to(THREE).settled()
-    once = Placement(back)
-    small = Placement(back, remembered=10)
+    once = placed(back)
+    small = placed(back, 10)
     renamed = [k for k in KEYS if name(once, k) != k][:5]
     small.owners(renamed)
     small.owners(KEYS[-11:])  # another thread, past the bound: everything forgotten
@@ -171,12 +153,12 @@ def test_names_and_moving_keys_are_those_of_the_history_walked_key_by_key() -> N
     for servers in steps:
         moving = record.moved_to(servers)
         for state in (moving, moving.settled()):
-            placement = Placement(state)
+            placement = placed(state)
             keys = KEYS[:400]
             owners = placement.owners(keys)
             names = placement.names(keys)
             for key, at in zip(keys, owners, strict=True):
-                fam = family(key).decode()
+                fam = KeySpace.families([key])[0].decode()
                 seen = [RendezvousHash(list(ring)).get_node(fam) for ring in state.rings]
                 if state.moving and seen[-1] != seen[-2]:
                     assert at == MOVED and key not in names

@@ -23,7 +23,7 @@ from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.shared_reads import SharedReads
 from timeline_fanout.graph.lists.token_lists import ListStats, TokenLists
 from timeline_fanout.graph.model.edges import Snapshot
-from timeline_fanout.graph.model.keys import ListRef
+from timeline_fanout.graph.model.keys import KeySpace, ListRef
 from timeline_fanout.graph.stores.ring_records import open_ring_source
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
@@ -76,7 +76,12 @@ def server_trust(settings: Settings) -> ServerTrust:
     read by one is used by all (memcache/ring.py: the configured servers until one is
     recorded)."""
     servers = [f"{host}:{port}" for host, port in settings.memcached_servers]
-    view = RingView(RingRecord.of(servers), ring_source(settings), settings.ring_lease_s)
+    view = RingView(
+        RingRecord.of(servers),
+        ring_source(settings),
+        settings.ring_lease_s,
+        families=KeySpace.families,
+    )
     view.keep_renewed()
     return ServerTrust(servers, trust_settings(settings), ring=view)
 

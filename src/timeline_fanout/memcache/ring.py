@@ -29,9 +29,11 @@ a key that moves away and back later is asked under a new name, so the copy it l
 which missed every write meanwhile, is never read again, and nothing needs flushing. Only the
 moved keys go cold.
 
-**Families.** All the keys of one list (its head, shards and counters: ``{ns}|{kind}|{user}``
-and its ``|``-separated parts) are placed by the list's key, so a list moves whole: a list is
-never half on a moved server and half not.
+**Families.** Keys are placed by their *family*, which the client's user names (``Families``;
+each key its own by default): the product's key space (graph/model/keys.py, ``KeySpace``)
+places all the keys of one list (its head, shards and counters) by the list's key, so a list
+moves whole, never half on a moved server and half not. Every process of a fleet must place
+alike, so every process is given the same families (cli/wiring.py).
 
 Placement is pymemcache ``HashClient``'s rendezvous hash (murmur3 seed 0 of ``{node}-{key}``,
 the greatest wins, a tie to the greater node name), over the families.
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 import threading
 import time
 import weakref
@@ -56,14 +57,14 @@ import mmh3
 __all__ = [
     "MOVED",
     "EpochState",
+    "Families",
     "Placement",
     "RecordChange",
     "RingRecord",
     "RingSource",
     "RingView",
     "ServerEpoch",
-    "families",
-    "family",
+    "whole_keys",
 ]
 
 # Swaps of one change refused before ``RingView.update`` gives up: each refusal is another
@@ -75,23 +76,14 @@ NAME_MARK = b"~"  # outside the id alphabet, the namespace's and ``|``: names st
 # the dict), and cover the followers of the posts a fan-out process delivers at once.
 PLACEMENTS_REMEMBERED = 1 << 20
 
-
-# A key's family (``family``), matched from its start: the first three ``|``-separated parts
-# of a key with two ``|`` or more, else the part before its first ``|`` (the whole key if none).
-_FAMILY = re.compile(rb"[^|]*\|[^|]*\|[^|]*|[^|]*")
-
-
-def family(key: bytes) -> bytes:
-    """The key a key is placed by: its first three ``|``-separated parts (a list's key for
-    each of the list's items). A key with one ``|`` is placed by its first part, and one
-    with none by itself: every process must place every key alike, so this stays as the
-    ring has always placed them."""
-    return families([key])[0]
+# The key each key of a batch is placed by (its family), in order: keys of one family are
+# always on one server, and move together.
+Families = Callable[[Sequence[bytes]], list[bytes]]
 
 
-def families(keys: Sequence[bytes]) -> list[bytes]:
-    """``family`` of each key, at C level (a cold fan-out places a million keys)."""
-    return list(map(re.Match.group, map(_FAMILY.match, keys)))  # type: ignore[arg-type]
+def whole_keys(keys: Sequence[bytes]) -> list[bytes]:
+    """Every key its own family: a client that knows nothing of its keys' grammar."""
+    return list(keys)
 
 
 class EpochState(enum.Enum):
@@ -239,8 +231,14 @@ class Placement:
     their followees, and a lookup (C level, a dict's ``get`` mapped over the keys) costs a
     tenth of placing a key again."""
 
-    def __init__(self, record: RingRecord, remembered: int = PLACEMENTS_REMEMBERED) -> None:
+    def __init__(
+        self,
+        record: RingRecord,
+        families: Families = whole_keys,
+        remembered: int = PLACEMENTS_REMEMBERED,
+    ) -> None:
         self.record = record
+        self.families = families
         # The versions whose owners decide a name: all but the target while moving (a key
         # used while moving has the same owner in both).
         self._history = record.rings[:-1] if record.moving else record.rings
@@ -306,7 +304,7 @@ class Placement:
         """Owners at C level, one pass per version (a fan-out places every follower's
         timeline key): each version's owner of each family, then per key the run of versions
         its current owner has held it for, which names it."""
-        by = families(keys)
+        by = self.families(keys)
         if len(self.record.rings) == 1:  # one version: no history to walk, no names to mark
             return _winners(self.nodes, by)
         record = self.record
@@ -370,12 +368,14 @@ class RingView:
         source: RingSource | None = None,
         lease_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        families: Families = whole_keys,
     ) -> None:
+        """``families``: how keys are grouped for placement (``Families``)."""
         self.source = source
         self.lease_s = lease_s
         self.clock = clock
         self._record = record
-        self._placement = Placement(record)
+        self._placement = Placement(record, families)
         self._taken = float("-inf") if source is not None else float("inf")
         self._seen: dict[tuple[str, ServerEpoch], float] = {}
         self._lock = threading.RLock()
@@ -445,7 +445,7 @@ class RingView:
         for server, epoch in record.epochs:
             self._seen.setdefault((server, epoch), now)
         if record.rings != self._record.rings or record.moving != self._record.moving:
-            self._placement = Placement(record)
+            self._placement = Placement(record, self._placement.families)
         self._record = record
         self._taken = max(self._taken, taken) if self.source is not None else self._taken
 

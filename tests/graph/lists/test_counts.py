@@ -273,7 +273,13 @@ def test_a_recount_lease_that_began_moving_elects_the_reader_and_the_store_is_co
         names = sorted(f"{host}:{port}" for host, port in four)
         now = [0.0]
         register = HeldRing(RingRecord.of(names[:3]))
-        view = RingView(RingRecord.of(names[:3]), register, 10.0, clock=lambda: now[0])
+        view = RingView(
+            RingRecord.of(names[:3]),
+            register,
+            10.0,
+            clock=lambda: now[0],
+            families=KeySpace.families,
+        )
         trust = ServerTrust(names[:3], TrustSettings(timeout_s=0.5), ring=view)
         cache = MovesAfterACheck(
             [(h, int(p)) for h, p in (n.rsplit(":", 1) for n in names[:3])], trust=trust
@@ -283,7 +289,7 @@ def test_a_recount_lease_that_began_moving_elects_the_reader_and_the_store_is_co
         record = register.record
         assert record is not None
         moving = record.moved_to(names)
-        placement = Placement(moving)
+        placement = Placement(moving, KeySpace.families)
         user = next(
             u
             for u in (f"u{i}" for i in range(5000))

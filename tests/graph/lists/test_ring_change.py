@@ -19,7 +19,7 @@ from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
 from timeline_fanout.graph.model.edges import EdgeChange, Snapshot
-from timeline_fanout.graph.model.keys import ListKind, ListRef
+from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.memcache import CacheUnavailable, Item, MemcacheCluster
 from timeline_fanout.memcache.ring import RingRecord, RingSource, RingView
@@ -49,7 +49,7 @@ class Process:
     ) -> None:
         self.now = 0.0
         first = RingRecord.of(names(servers))
-        view = RingView(first, source, LEASE_S, clock=lambda: self.now)
+        view = RingView(first, source, LEASE_S, clock=lambda: self.now, families=KeySpace.families)
         trust = ServerTrust(list(first.servers), BOUNDS, ring=view)
         cache = MemcacheCluster([address for _, address in servers], trust=trust)
         settings = ListSettings(namespace=ns, compact_write_prob=0.2)

@@ -131,3 +131,31 @@ def test_an_invalid_id_is_refused(user: str) -> None:
 def test_a_namespace_that_could_carry_the_separator_is_refused(namespace: str) -> None:
     with pytest.raises(ValueError, match="namespace"):
         KeySpace(namespace)
+
+
+def test_a_batchs_families_are_each_keys_family_placed_as_it_always_was() -> None:
+    """Every process must place a key alike, whatever its shape: one ``|`` places a key by
+    its first part, as the placement always has (``find`` from the start when the second
+    ``|`` is missing)."""
+    keys = [b"", b"|", b"x|y", b"x|", b"|y", b"a|b|c", b"a|b|c|", b"a||", b"\n|\xff|z|w", b"k"]
+    assert KeySpace.families(keys) == [
+        b"",
+        b"",
+        b"x",
+        b"x",
+        b"",
+        b"a|b|c",
+        b"a|b|c",
+        b"a||",
+        b"\n|\xff|z",
+        b"k",
+    ]
+    assert [KeySpace.families([k])[0] for k in keys] == KeySpace.families(keys)
+
+
+def test_a_lists_items_and_a_users_items_are_placed_by_the_lists_key() -> None:
+    assert KeySpace.families([b"tf|fl|u1|0a1b|3|n", b"tf|tl|u1", b"tf|deletions|3"]) == [
+        b"tf|fl|u1",
+        b"tf|tl|u1",
+        b"tf|deletions|3",
+    ]

@@ -13,6 +13,7 @@ from timeline_fanout.graph.lists.capped import CappedLayout
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import ListSettings, TokenLists
 from timeline_fanout.graph.model.edges import EdgeChange, PostRecord, PostRef, StoredBodies
+from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.reader import TimelineReader, TimelineSource
@@ -65,7 +66,9 @@ def test_a_page_whose_post_bodies_begin_moving_while_it_fills_them_is_answered_f
     sqlite_store.store_posts(posts)
     source = HeldRing(RingRecord.of(four[:3]))
     now = [0.0]
-    view = RingView(RingRecord.of(four[:3]), source, 3600.0, clock=lambda: now[0])
+    view = RingView(
+        RingRecord.of(four[:3]), source, 3600.0, clock=lambda: now[0], families=KeySpace.families
+    )
     cache = MemcacheCluster(
         [(h, int(p)) for h, p in (s.rsplit(":", 1) for s in four)],
         trust=ServerTrust(four[:3], BOUNDS, ring=view),
