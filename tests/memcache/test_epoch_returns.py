@@ -246,3 +246,59 @@ def test_a_write_every_server_missed_costs_one_register_write_and_one_lease(
     # The first change revoked all three (the next ones bring them back: they answer again).
     assert {swaps[0].epoch(s).state for s in names(three)} == {EpochState.DOWN}
     assert 5.0 <= clock.now - began < 10.0  # one lease
+
+
+def test_a_readers_fill_it_could_not_send_revokes_nothing_and_waits_for_nothing(
+    three: list[Server],
+) -> None:
+    """This process marked a server down (another thread's read timed out); a reader's fill
+    to it is not sent. Nothing was written and no commit follows a fill, so the server keeps
+    its epoch for every process, and the reader does not wait."""
+    register = HeldRing(None)
+    clock = Clock()
+    trust = process_trust(names(three), register, QUICK, 5.0, clock)
+    reader = process(three, register, trust, clock.advance)
+    victim = names(three)[0]
+    key = key_on(reader, victim)
+    reader.set_many({key: b"v"})
+    item = reader.gets_many([key])[key]
+    before = register.record
+    trust.mark_down(victim)
+    began = clock.now
+    assert reader.fills().cas_many({key: (b"filled", item.cas)}) == {key: Outcome.NOT_FOUND}
+    # An ADD is answered as a server that keeps nothing would: taken, and gone.
+    assert reader.fills().add_many({key: b"filled"}) == {key: Outcome.STORED}
+    assert register.record == before  # not revoked
+    assert clock.now == began  # not held
+
+
+def test_a_write_answered_while_another_thread_marked_its_server_down_stands(
+    three: list[Server],
+) -> None:
+    """The server answered the write; only this process's view of it changed meanwhile (another
+    thread's timeout). Only the register decides whether replies stand: the write is stored and
+    the server's epoch is not revoked."""
+    register = HeldRing(None)
+    trust = process_trust(names(three), register, QUICK, 5.0)
+    victim = names(three)[0]
+
+    class MarkedDownMidReply(ServerPipe):
+        def receive(self, count: int) -> bytes:
+            replies = super().receive(count)
+            if self.name == victim:
+                trust.mark_down(victim)  # as another thread would, between send and reply
+            return replies
+
+    def connect(node: str) -> ServerPipe:
+        host, port = node.rsplit(":", 1)
+        return MarkedDownMidReply(host, int(port), QUICK.timeout_s)
+
+    writer = MemcacheCluster(
+        [address for _, address in three], trust=trust, connect=connect, sleep=lambda s: None
+    )
+    key = key_on(writer, victim)
+    before = register.record
+    assert writer.set_many({key: b"v"}) == {key: Outcome.STORED}
+    assert register.record == before
+    trust.mark_up(victim)
+    assert writer.get_many([key]) == {key: b"v"}

@@ -135,6 +135,10 @@ def test_a_readers_fills_of_a_moving_key_are_refused_and_the_rest_are_made(
     assert set(items) == {stayed[0]}
     writes = {moved[0]: (b"v", b"1/1"), stayed[0]: (b"v", items[stayed[0]].cas)}
     assert fills.cas_many(writes) == {moved[0]: Outcome.NOT_FOUND, stayed[0]: Outcome.STORED}
+    assert fills.append_many(dict.fromkeys(both, b"+")) == {
+        moved[0]: Outcome.NOT_STORED,
+        stayed[0]: Outcome.STORED,
+    }
     fills.delete_many(both)
     assert process.blocking.get_many(both) == {}
     with pytest.raises(CacheUnavailable, match="moving"):  # the writer's client still raises

@@ -299,7 +299,7 @@ class AsyncMemcache:
         lease = self._lease()
         placement = lease.placement
         plan = self._plans.get(asked)
-        if plan is None or self._outlived(plan) or plan[0].placement is not placement:
+        if plan is None or plan[0].placement is not placement or self._unusable(plan, lease):
             plan = self._plan(asked, lease, remember)
         comparable = (
             earlier is not None and earlier.keys == asked and earlier.ring == placement.record
@@ -324,6 +324,15 @@ class AsyncMemcache:
                 host, port = node.rsplit(":", 1)
                 self._addresses[node] = (host, int(port))
         return lease
+
+    def _unusable(self, plan: tuple[_Part, ...], lease: Lease) -> bool:
+        """Whether a part of a remembered ``plan`` goes to a server not readable now, or under
+        another epoch: the plan is made again (and a read of such a server refused)."""
+        for part in plan:
+            use = self._router.use(part.node, lease.record)
+            if not use.readable or use.suffix != part.suffix:
+                return True
+        return False
 
     def _outlived(self, plan: tuple[_Part, ...]) -> list[str]:
         """The servers of ``plan`` whose epoch changed since it was made, or that the live

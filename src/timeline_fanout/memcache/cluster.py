@@ -115,16 +115,18 @@ class MemcacheCluster:
         self._pools = ServerPools(connect or tcp(trust.settings.timeout_s))
         self.router = Router(trust, self._pools.answers, sleep, brings_back)
         self._executor = Executor(self.router, self._pools)
-        self._refuse_moving = False
+        self._best_effort = False
 
     def fills(self) -> MemcacheCluster:
         """This client for a reader's best-effort writes (fills, fenced CAS, drops): a write
         to a key moving between servers is answered as refused (ADD, SET: NOT_STORED; CAS,
         DELETE: NOT_FOUND) instead of raising ``KeysMoving``, so the reader goes on as if
-        another had won the race, and answers from what it read. It shares this client's
-        connections, router and ledger (the same thread uses both)."""
+        another had won the race, and answers from what it read. A write it does not send (its
+        server down for this process) revokes nothing and holds nothing: no commit follows a
+        reader's write. It shares this client's connections, router and ledger (the same
+        thread uses both)."""
         fills = copy.copy(self)
-        fills._refuse_moving = True
+        fills._best_effort = True
         return fills
 
     @property
@@ -161,7 +163,7 @@ class MemcacheCluster:
         or a commit); a missing key is left out."""
         job = Job(meta_get_pipeline, list(dict.fromkeys(keys)), values=True)
         found: dict[bytes, Item] = {}
-        for _, _, mine, replies in self._executor.run([job], self._refuse_moving):
+        for _, _, mine, replies in self._executor.run([job], self._best_effort):
             found.update((k, v) for k, v in zip(mine, replies, strict=True) if v is not None)
         return found
 
@@ -170,7 +172,7 @@ class MemcacheCluster:
 
     def _outcomes(self, job: Job) -> dict[bytes, Outcome]:
         found: dict[bytes, Outcome] = {}
-        for _, pipe, keys, replies in self._executor.run([job], self._refuse_moving):
+        for _, pipe, keys, replies in self._executor.run([job], self._best_effort):
             found.update(zip(keys, pipe.outcomes(replies, len(keys)), strict=True))
         return found
 
@@ -213,7 +215,7 @@ class MemcacheCluster:
         too large for the server (TOO_LARGE) from a missing item."""
         jobs = [_append_job(value, keys) for value, keys in groups]
         refused: list[Refused] = []
-        for index, pipe, mine, replies in self._executor.run(jobs, self._refuse_moving):
+        for index, pipe, mine, replies in self._executor.run(jobs, self._best_effort):
             if jobs[index].quiet:
                 raw, suffix, back = replies
                 refused += [
@@ -265,7 +267,7 @@ class MemcacheCluster:
 
         job = Job(build, list(args), (list(args.values()),), absent=absent)
         replies: dict[bytes, bytes] = {}
-        for _, pipe, keys, raw in self._executor.run([job], self._refuse_moving):
+        for _, pipe, keys, raw in self._executor.run([job], self._best_effort):
             replies.update(zip(keys, pipe.reply_lines(raw), strict=True))
         return replies
 

@@ -104,7 +104,7 @@ class Executor:
         # Parses the replies made up for moving keys (memcache/ring.py); never connected.
         self._nowhere = ServerPipe("moving", 0, router.trust.settings.timeout_s)
 
-    def run(self, jobs: Sequence[Job], refuse_moving: bool = False) -> list[Answered]:
+    def run(self, jobs: Sequence[Job], best_effort: bool = False) -> list[Answered]:
         """Every job's commands, split by server, each key sent under its name
         (memcache/ring.py) with its server's epoch suffix. Reads that bring values back keep
         one write in flight (their replies are big; a second write could stall against them).
@@ -118,8 +118,11 @@ class Executor:
         A key moving between servers (memcache/ring.py) is read as missing; a write to one is
         not sent, and raises ``KeysMoving`` once the rest is done: the writer's batch
         must wait for this process's next ring state, and is made again then. With
-        ``refuse_moving`` (a reader's best-effort fill) such a write is answered as refused
-        instead (NOT_STORED, NOT_FOUND), and nothing is raised."""
+        ``best_effort`` (a reader's fills, fenced CAS and drops: ``Cache.fills``) such a write
+        is answered as refused instead (NOT_STORED, NOT_FOUND), and nothing is raised; and a
+        best-effort write not sent is no missed write, nor held: no commit follows it, and a
+        fill left undone leaves the item as it was (a write sent and not answered still
+        revokes: a hung server may take it late)."""
         router = self._router
         lease = router.lease()
         placement = lease.placement if lease is not None else None
@@ -134,10 +137,10 @@ class Executor:
             if split.moving:  # answered as no server: it holds nothing, keeps nothing
                 router.moving()
                 made_up = job.unanswered(split.moving)
-                if refuse_moving and job.absent is not None and not job.quiet:
-                    made_up = made_up.replace(STORED, NOT_STORED)
+                if best_effort and job.absent == STORED:  # refused: NOT_STORED, not STORED
+                    made_up = NOT_STORED * len(split.moving)
                 done.append(Answered(index, self._nowhere, split.moving, made_up))
-                unwritten = unwritten or (job.absent is not None and not refuse_moving)
+                unwritten = unwritten or (job.absent is not None and not best_effort)
             for node, mask, keys in split.routes:
                 cols = [list(compress(c, mask)) for c in job.columns]
                 queues[node].extend(
@@ -166,10 +169,11 @@ class Executor:
                 continue
             assert lease is not None  # a server's queue is filled only under one
             use = uses[node] = router.use(node, lease.record)
-            if use.epoch.state is not EpochState.UP and any(jobs[i].absent for i, _, _ in queue):
+            writes = any(jobs[i].absent for i, _, _ in queue)
+            if use.epoch.state is not EpochState.UP and writes and not best_effort:
                 held[node] = use.epoch  # sent or skipped, until older leases ran out
             if use.suffix is None:
-                unanswered(node, queue, use)
+                unanswered(node, queue, use._replace(skip_is_missed=False) if best_effort else use)
                 continue
             suffixes[node] = use.suffix
             if use.replaces:

@@ -79,6 +79,13 @@ def sent(keys: list[bytes], names: Mapping[bytes, bytes], suffix: bytes = b"") -
     return [key + suffix for key in named] if suffix else named
 
 
+def _valid_suffix(record: RingRecord | None, node: str) -> bytes | None:
+    """``node``'s key suffix under ``record`` (None: no lease, or its epoch is down)."""
+    if record is None or (epoch := record.epoch(node)).state is EpochState.DOWN:
+        return None
+    return epoch.suffix
+
+
 def _stepped(node: str, before: ServerEpoch, after: ServerEpoch) -> RecordChange:
     """A change of the record: ``node``'s epoch ``before`` becomes ``after`` (no change once
     the record has left ``before``)."""
@@ -280,9 +287,13 @@ class Router:
         A lease guarantees that its epoch is not revoked with a commit behind the revocation
         only while it lasts, and a request may be sent, and answered, up to a timeout after
         its lease was checked: an answer from a revoked epoch, arriving after the revoking
-        writer committed, would miss that writer's write."""
+        writer committed, would miss that writer's write. Only the record decides: a server
+        this process marked down meanwhile (another thread's timeout) answered all the same,
+        and its answers stand."""
+        if not suffixes:
+            return []
         record = self.record() if renew else self.trust.ring.leased()
-        return [n for n, suffix in suffixes.items() if self.use(n, record).suffix != suffix]
+        return [n for n, suffix in suffixes.items() if _valid_suffix(record, n) != suffix]
 
     def revoke(self, lost: Mapping[str, ServerEpoch]) -> dict[str, ServerEpoch]:
         """Servers that missed a write sent (or skipped) under their epochs in ``lost``: the

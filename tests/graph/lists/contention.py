@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.held_ring import own_trust
 from timeline_fanout.graph import (
     EdgeChange,
     ListKind,
@@ -67,7 +68,11 @@ def contend(
         try:
             store = SqliteEdgeStore(db)
             lists = TokenLists(
-                ShardedLayout, MemcacheCluster(servers), store, settings, rng=random.Random(w)
+                ShardedLayout,
+                product_cache(servers),
+                store,
+                settings,
+                rng=random.Random(w),
             )
             rng = random.Random(w)
             for step in range(steps):
@@ -82,7 +87,10 @@ def contend(
     def reader() -> None:
         try:
             lists = TokenLists(
-                ShardedLayout, MemcacheCluster(servers), SqliteEdgeStore(db), settings
+                ShardedLayout,
+                product_cache(servers),
+                SqliteEdgeStore(db),
+                settings,
             )
             while not stop.is_set():
                 lists.read(STAR)
@@ -99,7 +107,12 @@ def contend(
     stop.set()
     for t in reading:
         t.join()
-    check = TokenLists(ShardedLayout, MemcacheCluster(servers), SqliteEdgeStore(db), settings)
+    check = TokenLists(
+        ShardedLayout,
+        product_cache(servers),
+        SqliteEdgeStore(db),
+        settings,
+    )
     return Contention(
         {m for m, on in final.items() if on},
         check.read(STAR),
@@ -107,3 +120,8 @@ def contend(
         stats,
         errors,
     )
+
+
+def product_cache(servers: list[tuple[str, int]]) -> MemcacheCluster:
+    """A client of ``servers`` as a process of the product makes it (its own record)."""
+    return MemcacheCluster(servers, trust=own_trust(servers))

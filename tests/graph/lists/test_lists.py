@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Refused
 from tests.graph.lists.contention import STAR, contend, write
-from tests.held_ring import HeldRing, process_trust
+from tests.held_ring import HeldRing, own_trust, process_trust
 from timeline_fanout.graph import (
     EdgeChange,
     ListKind,
@@ -44,7 +44,8 @@ def shard_keys(lists: ShardedLists, ref: ListRef) -> list[bytes]:
 
 def twin(cache: MemcacheCluster, kind: type[MemcacheCluster] = MemcacheCluster) -> MemcacheCluster:
     """Another client of the same servers (another consumer process)."""
-    return kind([("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers])
+    servers = [("127.0.0.1", int(s.rpartition(":")[2])) for s in cache.servers]
+    return kind(servers, trust=own_trust(servers))
 
 
 class Frozen:
