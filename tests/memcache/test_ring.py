@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 import pytest
 
 from tests.held_ring import HeldRing
@@ -136,6 +140,57 @@ def test_a_view_that_cannot_read_the_record_places_no_key() -> None:
     now[0] = 1.5
     source.broken = True
     assert view.renewed() is None
+
+
+class SlowRing(HeldRing):
+    """A shared place that answers slower than a lease: each read moves the view's clock past
+    it. The first read waits for ``release`` (``entered`` is set once it is under way)."""
+
+    def __init__(self, record: RingRecord, now: list[float], lease_s: float) -> None:
+        super().__init__(record)
+        self.now, self.lease_s = now, lease_s
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def read_ring(self) -> RingRecord | None:
+        if self.reads == 0:
+            self.entered.set()
+            assert self.release.wait(10)
+        self.now[0] += 2 * self.lease_s
+        return super().read_ring()
+
+
+def waiting_in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is blocked inside ``function`` now (its stack, read from outside)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_threads_finding_a_slow_read_under_way_take_its_outcome_and_read_nothing() -> None:
+    """A register slower than a lease gives no lease. A thread that finds a read under way
+    waits for it and takes its answer: a call costs one read, not a queue of one per thread."""
+    now = [0.0]
+    source = SlowRing(RingRecord.of(THREE), now, lease_s=1.0)
+    view = RingView(RingRecord.of(THREE), source, lease_s=1.0, clock=lambda: now[0])
+    answers: list[object] = []
+    first = threading.Thread(target=lambda: answers.append(view.renewed()))
+    first.start()
+    assert source.entered.wait(10)
+    others = [threading.Thread(target=lambda: answers.append(view.renewed())) for _ in range(3)]
+    for thread in others:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while not all(waiting_in(t, "_read_shared") and not waiting_in(t, "read_ring") for t in others):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    source.release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert source.reads == 1
+    assert view.current() is None and answers == [None, None, None, None]
 
 
 def test_a_view_of_a_store_without_a_record_uses_the_configured_servers() -> None:

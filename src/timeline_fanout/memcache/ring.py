@@ -379,6 +379,8 @@ class RingView:
         self._taken = float("-inf") if source is not None else float("inf")
         self._seen: dict[tuple[str, ServerEpoch], float] = {}
         self._lock = threading.RLock()
+        self._flight_lock = threading.Lock()
+        self._flight: threading.Event | None = None  # set once the read under way has ended
         self._renewer: threading.Thread | None = None
 
     @property
@@ -424,10 +426,30 @@ class RingView:
         source cannot be read (no key may be used: this process cannot know which moved)."""
         if (placement := self.current()) is not None or self.source is None:
             return placement
-        with self._lock:
-            if (placement := self.current()) is not None:
-                return placement
-            return self._read()
+        return self._read_shared(again=False)
+
+    def _read_shared(self, again: bool) -> Placement | None:
+        """One read of the source at a time: a thread that finds a read under way waits for
+        it and takes its outcome (None if it gave no live lease: the place failed, or answered
+        slower than a lease), so a slow register costs each call one read, not a queue of
+        them. ``again``: read even if the lease is live (the renewal)."""
+        with self._flight_lock:
+            flight = self._flight
+            leading = flight is None
+            if flight is None:
+                flight = self._flight = threading.Event()
+        if not leading:
+            flight.wait()
+            return self.current()
+        try:
+            with self._lock:
+                if not again and (placement := self.current()) is not None:
+                    return placement
+                return self._read()
+        finally:
+            with self._flight_lock:
+                self._flight = None
+            flight.set()
 
     def _read(self) -> Placement | None:
         assert self.source is not None
@@ -437,7 +459,7 @@ class RingView:
         except Exception:  # any failure of the shared place: no lease, so no key is used
             return None
         self._adopt(record or self._record, taken)
-        return self._placement
+        return self.current()  # None if the read took longer than a lease
 
     def _adopt(self, record: RingRecord, taken: float) -> None:
         """``record``, known to be the stored one at some moment after ``taken``."""
@@ -492,11 +514,10 @@ def _renew_loop(ref: weakref.ref[RingView]) -> None:
         view = ref()
         if view is None:
             return
-        with view._lock:
-            if view.clock() - view._taken >= view.lease_s / 2:
-                read = view._read()
-            else:
-                read = view._placement
+        if view.clock() - view._taken >= view.lease_s / 2:
+            read = view._read_shared(again=True)
+        else:
+            read = view._placement
         # Half a lease after the last read, or soon again if the shared place failed.
         due = view._taken + view.lease_s / 2 - view.clock()
         pause = view.lease_s / 10 if read is None else max(view.lease_s / 20, due)
