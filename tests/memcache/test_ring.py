@@ -16,6 +16,7 @@ from timeline_fanout.memcache.ring import (
     Placement,
     RingRecord,
     RingView,
+    ServerEpoch,
 )
 
 THREE = ("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211")
@@ -225,3 +226,31 @@ def test_names_and_moving_keys_are_those_of_the_history_walked_key_by_key() -> N
                     run -= 1
                 assert names.get(key, key) == (key + b"~%x" % (1 + run) if run else key)
         record = moving.settled()
+
+
+def test_every_process_uses_the_lease_the_record_holds_whatever_its_setting() -> None:
+    """A writer's hold must outlast every reader's lease: the first process records its lease
+    in the record, and every process, whatever its own setting, leases and holds that long."""
+    source = HeldRing(None)
+    short = RingView(RingRecord.of(THREE), source, lease_s=0.5)
+    assert short.renewed() is not None
+    assert source.record is not None and source.record.lease_s == 0.5
+    long = RingView(RingRecord.of(THREE), source, lease_s=4.0)
+    assert long.renewed() is not None
+    assert (long.lease_s, long.stale_s) == (0.5, 0.5)
+    assert RingRecord.from_json(source.record.to_json()) == source.record
+
+
+def test_a_record_without_a_lease_gets_one_before_any_key_is_used() -> None:
+    """A record written without a lease (the first version of a change, an older process):
+    the first process to read it records its own, by compare-and-set, before using it."""
+    unstamped = RingRecord.of(THREE)
+    assert RingRecord.from_json(unstamped.to_json()).lease_s == 0.0
+    source = HeldRing(unstamped)
+    view = RingView(RingRecord.of(THREE), source, lease_s=2.0)
+    assert view.renewed() is not None
+    assert source.record == unstamped.with_lease(2.0) and view.lease_s == 2.0
+    grown = source.record.moved_to(FOUR)
+    assert (
+        grown.lease_s == 2.0 and grown.settled().with_epoch(FOUR[0], ServerEpoch()).lease_s == 2.0
+    )

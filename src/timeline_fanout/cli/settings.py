@@ -160,7 +160,8 @@ class Settings(BaseSettings):
         description="the shared record of the memcached servers and their epochs is used this "
         "long after a read (renewed in the background at half of it); a consumer that could "
         "not write to a server holds its batch this long, and a ring change waits this long, "
-        "plus twice the cache timeout and a second, between its steps",
+        "plus twice the cache timeout and a second, between its steps. Recorded in the record "
+        "by the first process to find none there; every process then uses the recorded one",
     )
     # A timeline is one memcached item: 5000 entries of at most ~145 bytes fit the default 1 MiB.
     timeline_max: int = Field(

@@ -47,7 +47,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import add, and_, eq, mod, mul
 from typing import Protocol
@@ -114,8 +114,11 @@ UP_FROM_START = ServerEpoch()
 @dataclass(frozen=True, slots=True)
 class RingRecord:
     """Every version's servers, oldest first (version ``first`` + index), whether the newest
-    is still being moved to, and the epoch of every server whose epoch ever changed (the
-    others are up under the empty epoch).
+    is still being moved to, the epoch of every server whose epoch ever changed (the others
+    are up under the empty epoch), and ``lease_s``, how long every process uses the record it
+    read (0: not recorded yet; ``RingView`` records its own before it uses a key). The lease
+    is the register's, not each process's setting: a writer's hold must outlast every lease a
+    reader may hold, so the fleet agrees on one.
 
     Invariants: at least one version; each has at least one server; a moving record has at
     least two versions; ``epochs`` is sorted by server, so equal records have equal text."""
@@ -124,6 +127,7 @@ class RingRecord:
     first: int = 1
     moving: bool = False
     epochs: tuple[tuple[str, ServerEpoch], ...] = ()
+    lease_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.rings or not all(self.rings):
@@ -136,9 +140,9 @@ class RingRecord:
             raise ValueError("epochs are sorted by server, one each")
 
     @classmethod
-    def of(cls, servers: Sequence[str]) -> RingRecord:
+    def of(cls, servers: Sequence[str], lease_s: float = 0.0) -> RingRecord:
         """A first version: ``servers`` (host:port) as they are configured."""
-        return cls((tuple(sorted(servers)),))
+        return cls((tuple(sorted(servers)),), lease_s=lease_s)
 
     @property
     def version(self) -> int:
@@ -170,7 +174,7 @@ class RingRecord:
         """This record with ``server``'s epoch replaced."""
         epochs = dict(self.epochs)
         epochs[server] = epoch
-        return RingRecord(self.rings, self.first, self.moving, tuple(sorted(epochs.items())))
+        return replace(self, epochs=tuple(sorted(epochs.items())))
 
     def moved_to(self, servers: Sequence[str]) -> RingRecord:
         """The next version, ``servers``, being moved to. A live change keeps at least two
@@ -183,15 +187,23 @@ class RingRecord:
             raise ValueError("the ring already has exactly these servers")
         if len(target) < 2 or len(self.servers) < 2:
             raise ValueError("a live ring change needs two servers or more before and after")
-        return RingRecord((*self.rings, target), self.first, True, self.epochs)
+        return replace(self, rings=(*self.rings, target), moving=True)
 
     def settled(self) -> RingRecord:
-        return RingRecord(self.rings, self.first, False, self.epochs)
+        return replace(self, moving=False)
+
+    def with_lease(self, lease_s: float) -> RingRecord:
+        """This record with ``lease_s`` recorded, if it has none yet (a recorded lease stays)."""
+        return self if self.lease_s else replace(self, lease_s=lease_s)
 
     def to_json(self) -> str:
         epochs = {name: [e.value, e.state.value] for name, e in self.epochs}
-        data = {"rings": self.rings, "first": self.first, "moving": self.moving}
-        return json.dumps({**data, "epochs": epochs} if epochs else data)
+        data: dict[str, object] = {"rings": self.rings, "first": self.first, "moving": self.moving}
+        if epochs:
+            data["epochs"] = epochs
+        if self.lease_s:
+            data["lease_s"] = self.lease_s
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> RingRecord:
@@ -203,7 +215,8 @@ class RingRecord:
                 for name, (value, state) in data.get("epochs", {}).items()
             )
         )
-        return cls(rings, int(data["first"]), bool(data["moving"]), epochs)
+        lease_s = float(data.get("lease_s", 0.0))
+        return cls(rings, int(data["first"]), bool(data["moving"]), epochs, lease_s)
 
 
 RecordChange = Callable[[RingRecord], "RingRecord | None"]
@@ -370,9 +383,11 @@ class RingView:
         clock: Callable[[], float] = time.monotonic,
         families: Families = whole_keys,
     ) -> None:
-        """``families``: how keys are grouped for placement (``Families``)."""
+        """``lease_s``: this process's setting, recorded in the shared record if it holds none
+        yet; the record's own is used once recorded (``RingRecord.lease_s``). ``families``:
+        how keys are grouped for placement (``Families``)."""
         self.source = source
-        self.lease_s = lease_s
+        self._setting = lease_s
         self.clock = clock
         self._record = record
         self._placement = Placement(record, families)
@@ -401,6 +416,12 @@ class RingView:
     def leased(self) -> RingRecord | None:
         """The record under a live lease (None when it ran out)."""
         return self._record if self.clock() - self._taken < self.lease_s else None
+
+    @property
+    def lease_s(self) -> float:
+        """How long a record read is used: the one the shared record holds (every process
+        uses the same, whatever its setting), this process's setting for its own record."""
+        return self._record.lease_s or self._setting
 
     @property
     def stale_s(self) -> float:
@@ -456,10 +477,26 @@ class RingView:
         taken = self.clock()
         try:
             record = self.source.read_ring()
+            if record is None or not record.lease_s:
+                record = self._recorded(record)
         except Exception:  # any failure of the shared place: no lease, so no key is used
             return None
-        self._adopt(record or self._record, taken)
+        if record is None:
+            return None
+        self._adopt(record, taken)
         return self.current()  # None if the read took longer than a lease
+
+    def _recorded(self, stored: RingRecord | None) -> RingRecord | None:
+        """The stored record with a lease recorded: this process's setting, written by
+        compare-and-set (no key is used under a record without one: a writer could not know
+        how long a reader's lease on it lasts). None if another process's record without one
+        stands in its way (a process of a version that does not record it)."""
+        assert self.source is not None
+        stamped = (stored or self._record).with_lease(self._setting)
+        if self.source.swap_ring(stored, stamped):
+            return stamped
+        again = self.source.read_ring()
+        return again if again is not None and again.lease_s else None
 
     def _adopt(self, record: RingRecord, taken: float) -> None:
         """``record``, known to be the stored one at some moment after ``taken``."""
@@ -484,9 +521,10 @@ class RingView:
                     stored = self.source.read_ring() if self.source is not None else self._record
                     base = stored or self._record
                     after = change(base)
-                    if after is None:
+                    if after is None and (base.lease_s or self.source is None):
                         self._adopt(base, taken)
                         return base
+                    after = (after or base).with_lease(self._setting)
                     if self.source is None or self.source.swap_ring(stored, after):
                         self._adopt(after, taken)
                         return after

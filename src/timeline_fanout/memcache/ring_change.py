@@ -49,14 +49,16 @@ def change_ring(
     hold: float,
     say: Callable[[str], None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
+    lease_s: float = 0.0,
 ) -> RingRecord:
     """Moves the ring to ``servers`` (host:port); returns the stable record it ended with.
     ``configured``: the servers processes use while no record was ever written
-    (``FANOUT_MEMCACHED``), written as the first version if there is none."""
+    (``FANOUT_MEMCACHED``), written as the first version if there is none, with the lease
+    ``lease_s`` (``RingRecord.lease_s``). ``hold`` must outlast the record's lease."""
     target = tuple(sorted(set(servers)))
     record = source.read_ring()
     if record is None:
-        record = RingRecord.of(configured)
+        record = RingRecord.of(configured, lease_s)
         if not source.swap_ring(None, record):
             raise RingChangeError("the ring record changed meanwhile: another change is under way")
         say(f"recorded version {record.version}: {', '.join(record.servers)}")

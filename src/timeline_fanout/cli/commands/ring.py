@@ -38,13 +38,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     servers = [_server(s) for s in args.servers]
     bounds = wiring.trust_settings(settings)
+    recorded = source.read_ring()
+    # The lease every process uses is the record's, once it holds one (RingRecord.lease_s).
+    lease_s = recorded.lease_s if recorded is not None and recorded.lease_s else 0.0
     try:
         changed = change_ring(
             source,
             configured,
             servers,
-            hold_s(settings.ring_lease_s, bounds),
+            hold_s(max(lease_s, settings.ring_lease_s), bounds),
             say=err_console.print,
+            lease_s=settings.ring_lease_s,
         )
     except (RingChangeError, ValueError) as exc:
         err_console.print(f"ring change refused: {exc}")
@@ -61,6 +65,8 @@ def _server(value: str) -> str:
 
 
 def _show(record: RingRecord) -> None:
+    if record.lease_s:
+        console.print(f"lease: {record.lease_s:g} s (every process reads the record this often)")
     for offset, servers in enumerate(record.rings):
         version = record.first + offset
         state = " (moving to it)" if record.moving and version == record.version else ""
