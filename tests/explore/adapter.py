@@ -33,6 +33,8 @@ Things that are internals on purpose and would move with another redesign:
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 import socket
 import sqlite3
@@ -85,6 +87,7 @@ __all__ = [
     "PROJECT_API",
     "Knobs",
     "Process",
+    "Stall",
     "World",
     "footprint",
     "is_read",
@@ -127,16 +130,60 @@ CLOCK_S = 0x7E000000
 # schedule moves on, the same way in every replay. With the product's bounds (a 2 s retry) a
 # server marked down is probed again 100 steps later.
 STEP_S = 0.02
-BOUNDS = TrustSettings()
-# How long a process uses the record it read (``RingView``): 100 steps, so processes stay in
-# neighbouring states for a while after each swap, and a revocation holds its writer as long;
-# the operator's holds (``ring_change.hold_s``) are then 5 s, 250 steps or the others' sleeps.
-RING_LEASE_S = 2.0
+# How long a request to a server that is not cut off may wait for its reply, in wall-clock
+# seconds: the real servers always answer, and the failover timeout a schedule draws
+# (``Knobs.timeout_s``) is virtual, so this only has to outlast a busy machine.
+PIPE_TIMEOUT_S = 5.0
 # The servers in the ring at first (``s0``-``s2``); any further one is a spare that a ring
 # change adds.
 FIRST_RING = 3
 ADMIN = "explorer"  # the owner of the world's own cluster (faults): never cut off
 CUT_MODES = ("refused", "unanswered", "late")
+HOLD_CHUNK = 5  # steps a waiting actor lets the others take before it reads the clock again
+# Store calls that write: the exchange after one is a stall's ``after-store`` point.
+STORE_WRITES = frozenset({"apply", "remove_user", "store_posts", "delete_posts"})
+SELF = "self"  # a stall's cut of the stalled process itself
+STALL_POINTS = ("after-store", "invalidation", "delete")
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """One process stopped mid-batch, inside an exchange (its requests placed, under the
+    lease and epochs it began with), at the ``nth`` request after the previous stall that
+    ``point`` names:
+
+    - ``after-store``: the first request to a cache server after an edge-store write (the
+      batch is in the store, none of its cache writes made);
+    - ``invalidation``: a DELETE of a home timeline's head, which a graph batch makes for
+      every follower whose followees changed; no later round retries it;
+    - ``delete``: any DELETE (an invalidation, a dropped list, a claim broken).
+
+    ``phase``: before the request is sent, or after it was sent and before its reply is read.
+    ``seconds``: how long the process is not scheduled (virtual; a hold is about 5 s).
+    ``cut``: a cut of the server the request goes to, made as the process stops: of the
+    process itself (``SELF``: its request fails, refused, unanswered or run late), of every
+    process (``*``: the server down or hung), or of another process (which then revokes the
+    server's epoch while this one is stopped); it heals ``cut_steps`` steps later."""
+
+    point: str
+    nth: int
+    phase: str
+    seconds: float
+    cut: str | None = None
+    mode: str = "refused"
+    cut_steps: int = 0
+
+    def meets(self, request: bytes, after_store: bool) -> bool:
+        if self.point == "after-store":
+            return after_store
+        deletes = [line for line in request.split(b"\r\n") if line.startswith(b"delete ")]
+        if self.point == "delete":
+            return bool(deletes)
+        return any(line.split(SEP)[1:2] == [KIND_CODES[TIMELINE].encode()] for line in deletes)
+
+    def __str__(self) -> str:
+        cut = f", cut {self.cut} ({self.mode}) {self.cut_steps} steps" if self.cut else ""
+        return f"{self.point}#{self.nth} {self.phase} {self.seconds:.1f}s{cut}"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -158,13 +205,30 @@ def is_marker(key: bytes, value: bytes) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
-    """List settings for one schedule: small shards so rollovers and compactions happen."""
+    """The product's settings for one schedule (cli/settings.py names them): small shards so
+    rollovers and compactions happen, and the failover bounds, whose defaults are where the
+    holds and leases of a hand-written test usually sit.
+
+    ``ring_lease_s`` (``FANOUT_RING_LEASE_S``), ``retry_s`` and ``timeout_s``
+    (``FANOUT_CACHE_RETRY_S``, ``FANOUT_CACHE_TIMEOUT_S``) are in virtual seconds; the timeout
+    sizes the holds (``ring_change.hold_s``) and the wait of ``settle``, while a request to a
+    server that answers still waits on its socket for ``PIPE_TIMEOUT_S`` of wall clock.
+    ``celebrity_cache_s`` (``FANOUT_CELEBRITY_CACHE_S``) is a real memcached expiry: only values
+    no schedule outlives are drawn, or a seed would not replay."""
 
     shard_bytes: int = 64
     dirty_min: int = 2
     dirty_ratio: float = 0.5
     compact_write_prob: float = 0.0
     cap: int = 800
+    ring_lease_s: float = 2.0
+    retry_s: float = 2.0
+    timeout_s: float = 1.0
+    celebrity_cache_s: int = LEASE_S
+
+    @property
+    def bounds(self) -> TrustSettings:
+        return TrustSettings(timeout_s=self.timeout_s, retry_s=self.retry_s)
 
 
 class _NoChunkTasks:
@@ -417,7 +481,8 @@ class Process:
         if scheduled and scheduler is not None:
             tracked = _Tracked(raw)
             raw._db = cast(sqlite3.Connection, _YieldingConnection(raw._db, scheduler, tracked))
-            store = cast(EdgeStore, Proxy(tracked, scheduler, "store"))
+            called = functools.partial(world.store_called, self.owner)
+            store = cast(EdgeStore, Proxy(tracked, scheduler, "store", called))
         self.store = store
         knobs = world.knobs
         settings = ListSettings(
@@ -445,9 +510,11 @@ class Process:
             CappedLayout, cache, self.source, capped, rng=rng, fresh=world.fresh
         )
         self.graph = GraphApplier(store, self.lists)
-        # Cached celebrity answers live longer than any schedule, like claims (LEASE_S): they
-        # must not expire by the wall clock, or a seed would not replay.
-        celebrities = CelebrityPosts(cache, store, self.timelines.keys, knobs.cap, LEASE_S)
+        # Cached celebrity answers live longer than any schedule (``Knobs.celebrity_cache_s``),
+        # like claims: they must not expire by the wall clock, or a seed would not replay.
+        celebrities = CelebrityPosts(
+            cache, store, self.timelines.keys, knobs.cap, knobs.celebrity_cache_s
+        )
         bodies = PostBodies(cache, store, self.timelines.keys, LEASE_S, world.known, world.fresh)
         self.fanout = FanoutApplier(
             store,
@@ -543,12 +610,15 @@ class _CutPipe(ServerPipe):
     timeout waited."""
 
     def __init__(self, alias: str, address: tuple[str, int], world: World, owner: str) -> None:
-        super().__init__(*address, BOUNDS.timeout_s)
+        super().__init__(*address, PIPE_TIMEOUT_S)
         self.name = alias
         self._world = world
         self._owner = owner
+        self._sent = b""  # the last request sent: what the reply read next answers
 
     def send(self, payload: bytes) -> None:
+        self._world.reached(self._owner, self.name, "send", payload)
+        self._sent = payload
         mode = self._world.cut_mode(self._owner, self.name)
         if mode == "refused":
             self._fail("refused (cut off by the explorer)")
@@ -558,14 +628,22 @@ class _CutPipe(ServerPipe):
         super().send(payload)
 
     def receive(self, lines: int) -> bytes:
-        if self._world.cut_mode(self._owner, self.name) is not None:
-            self._fail("no answer (cut off by the explorer)")
+        self._answer()
         return super().receive(lines)
 
     def receive_values(self, count: int) -> list[Item | None]:
+        self._answer()
+        return super().receive_values(count)
+
+    def receive_quiet(self) -> bytes:
+        self._answer()
+        return super().receive_quiet()
+
+    def _answer(self) -> None:
+        """Before a reply is read: a stall due here (``World.reached``), then the cut."""
+        self._world.reached(self._owner, self.name, "receive", self._sent)
         if self._world.cut_mode(self._owner, self.name) is not None:
             self._fail("no answer (cut off by the explorer)")
-        return super().receive_values(count)
 
 
 def explored_cluster(world: World, owner: str, ring: RingView | None = None) -> MemcacheCluster:
@@ -574,18 +652,19 @@ def explored_cluster(world: World, owner: str, ring: RingView | None = None) -> 
     virtual sleeps (a yield point: others run while a revocation stands), and the servers
     named ``s0``, ``s1``, ... by their order, so that the ring places every key on the same
     server in every session (real names carry the session's free ports); its connections are
-    ``_CutPipe``s. Its ring is the world's record, read again once per ``RING_LEASE_S``
+    ``_CutPipe``s. Its ring is the world's record, read again once per ``Knobs.ring_lease_s``
     (``ring``: a fixed one instead). The faults' own process brings no server back: its swaps
     of the record would be steps of the schedule taken inside another step (a fault's)."""
     aliases = list(world.servers)
+    lease_s = world.knobs.ring_lease_s
     trust = ServerTrust(
         aliases,
-        BOUNDS,
+        world.knobs.bounds,
         clock=world.now,
         new_epoch=world.new_epoch,
         ring=ring
         or RingView(
-            world.ring.record, world.ring, RING_LEASE_S, clock=world.now, families=KeySpace.families
+            world.ring.record, world.ring, lease_s, clock=world.now, families=KeySpace.families
         ),
     )
     named = dict(zip(aliases, world.addresses, strict=True))
@@ -628,6 +707,10 @@ class World:
         ]
         self.servers = [f"s{i}" for i in range(len(self.addresses))]
         self.cuts: dict[tuple[str, str], str] = {}  # (process or "*", server): how it is cut
+        self.cut_ends: dict[tuple[str, str], int] = {}  # cuts a stall made: the step they end
+        self.stalls: dict[str, list[Stall]] = {}  # per process, the stalls still to come
+        self._passed: dict[str, int] = {}  # per process, the points of its next stall passed
+        self._stored: set[str] = set()  # processes whose last store call wrote, no cache since
         self.held: dict[str, list[bytes]] = {}  # per server, requests it runs late (in order)
         self.ring = _SwappedRing(self)  # the record every process reads
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
@@ -675,17 +758,24 @@ class World:
         self._epochs += 1
         return f"e{self._epochs:07x}"
 
-    def cut(self, target: str, server: str, mode: str) -> None:
+    def cut(self, target: str, server: str, mode: str, until: int | None = None) -> None:
         """Cut process ``target`` (an actor's name; ``*``: every actor, the server down for
         everyone) off ``server``; ``mode`` is one of ``CUT_MODES`` (see ``_CutPipe``). The
-        server itself keeps running with its items: it comes back stale."""
+        server itself keeps running with its items: it comes back stale. ``until``: the step
+        at which the cut heals by itself (at the first request that meets it after that: a
+        stall's cut, made by no actor of its own); otherwise ``heal`` ends it."""
         self.cuts[(target, server)] = mode
+        if until is None:
+            self.cut_ends.pop((target, server), None)
+        else:
+            self.cut_ends[(target, server)] = until
 
     def heal(self, target: str, server: str) -> int:
         """The cut ends; each process finds out at its next probe, when its own retry interval
         has passed on the virtual clock. A ``late`` cut's requests run now, in the order they
         were sent, each under the epoch it was sent with; returns how many there were."""
         self.cuts.pop((target, server), None)
+        self.cut_ends.pop((target, server), None)
         payloads = self.held.pop(server, [])
         if payloads:  # then a no-op: its answer says every request before it has run
             address = self.addresses[self.servers.index(server)]
@@ -718,7 +808,74 @@ class World:
     def cut_mode(self, owner: str, server: str) -> str | None:
         if owner == ADMIN:
             return None
+        sched = self.scheduler
+        steps = len(sched.steps) if sched is not None else 0
+        for cut, end in list(self.cut_ends.items()):
+            if cut[1] == server and steps >= end:
+                late = self.heal(*cut)
+                if sched is not None:
+                    sched.note("fault.heal", (*cut, late))
         return self.cuts.get((owner, server)) or self.cuts.get(("*", server))
+
+    # -- stalls: a process not scheduled for a while, mid-batch ------------------------------
+
+    def store_called(self, owner: str, method: str, args: tuple[Any, ...], result: Any) -> None:
+        """Process ``owner``'s store call returned: after a write, its next request to a cache
+        server is the ``after-store`` point of a stall."""
+        if method in STORE_WRITES:
+            self._stored.add(owner)
+
+    def reached(self, owner: str, server: str, phase: str, request: bytes) -> None:
+        """Process ``owner`` is about to send ``request`` to ``server`` (``phase`` ``send``) or
+        to read its reply (``receive``), inside an exchange, under the lease and epochs the
+        exchange was placed with. If its next stall is due here, the stall strikes: its cut
+        first (of this server), then the process stops while the others run for the stall's
+        virtual seconds; then the request goes on as placed, and the exchange's reply is
+        checked against the record as the product checks it."""
+        after_store = owner in self._stored
+        if phase == "send":
+            self._stored.discard(owner)
+        sched = self.scheduler
+        stalls = self.stalls.get(owner)
+        if sched is None or not stalls or sched.current() != owner:
+            return
+        stall = stalls[0]
+        if stall.phase != phase or not stall.meets(request, after_store):
+            return
+        passed = self._passed.get(owner, 0)
+        if passed < stall.nth:
+            self._passed[owner] = passed + 1
+            return
+        stalls.pop(0)
+        self._passed[owner] = 0
+        if stall.cut is not None:
+            target = owner if stall.cut == SELF else stall.cut
+            step = sched.pause("fault.cut", (target, server, stall.mode))
+            self.cut(target, server, stall.mode, until=len(sched.steps) + stall.cut_steps)
+            if step is not None:
+                step.done = True
+        if stall.seconds:
+            step = sched.pause("fault.stall", (owner, server, phase, stall.point, stall.seconds))
+            if step is not None:
+                step.done = True
+            self.pass_time(stall.seconds)
+
+    def pass_time(self, seconds: float) -> None:
+        """The calling actor does nothing until ``seconds`` have passed on the virtual clock:
+        steps the others take, and their sleeps (a writer's backoff, a hold); slept at once
+        when nobody else runs. What an operator's hold is, and a process stopped (a GC pause,
+        a SIGSTOP, a VM descheduled) while the others go on."""
+        sched = self.scheduler
+        if sched is None:
+            self.sleep(seconds)
+            return
+        end = self.now() + seconds
+        while (left := end - self.now()) > 0:
+            chunk = min(HOLD_CHUNK, math.ceil(left / STEP_S))
+            before = self.now()
+            sched.idle_until(len(sched.steps) + chunk)
+            if self.now() - before < chunk * STEP_S:  # nobody else ran
+                self.sleep(max(0.0, end - self.now()))
 
     def server_of(self, which: int | ListId) -> str:
         """A server by index, or the server holding a list's head (the key read first)."""
@@ -925,12 +1082,17 @@ class World:
         if call == "fault.ring":
             version, state, servers = args
             return f"RING version {version} {state}: {' '.join(servers)}"
+        if call == "fault.stall":
+            owner, server, phase, point, seconds = args
+            where = "sending to" if phase == "send" else "reading the reply of"
+            return f"STALL {owner} {seconds:.1f}s at {point}, {where} {server}"
         if call == "fault.cut":
             target, server, mode = args
             who = "everyone" if target == "*" else target
             return f"CUT {who} off {server} ({mode})"
         if call == "fault.heal":
-            target, server = args
+            target, server, *ran = args
+            result = ran[0] if ran else result
             late = f" ({result} requests run late)" if step.done and result else ""
             return f"HEAL {'everyone' if target == '*' else target} and {server}{late}"
         shown = " ".join([call, *map(str, args)])

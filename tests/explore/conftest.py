@@ -1,5 +1,5 @@
-"""The explorer's cache: the test stack's three memcached servers and a fourth of its own,
-outside the ring until a schedule's ring change adds it (tests/explore/adapter.py)."""
+"""The explorer's cache: the test stack's three memcached servers and two of its own, outside
+the ring until a schedule's ring change adds them (tests/explore/adapter.py)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,22 @@ from tests.held_ring import own_trust
 from timeline_fanout.memcache.cluster import MemcacheCluster
 from timeline_fanout_devstack.memcached_processes import own_server
 
+SPARES = 2  # a ring change may add two servers at once
+
 
 @pytest.fixture(scope="session")
-def spare_server() -> Iterator[tuple[str, int]]:
-    with own_server() as (_, address):
-        yield address
+def spare_servers() -> Iterator[list[tuple[str, int]]]:
+    with own_server() as (_, first), own_server() as (_, second):
+        yield [first, second]
 
 
 @pytest.fixture
-def cache(cache: MemcacheCluster, spare_server: tuple[str, int]) -> Iterator[MemcacheCluster]:
+def cache(
+    cache: MemcacheCluster, spare_servers: list[tuple[str, int]]
+) -> Iterator[MemcacheCluster]:
     stack = [(host, int(port)) for host, port in (s.rsplit(":", 1) for s in cache.servers)]
-    cluster = MemcacheCluster([*stack, spare_server], trust=own_trust([*stack, spare_server]))
+    servers = [*stack, *spare_servers]
+    cluster = MemcacheCluster(servers, trust=own_trust(servers))
     try:
         yield cluster
     finally:

@@ -43,7 +43,8 @@ PASSIVE = frozenset({"evictor", "leaseclock", "restart", "ring"})
 # doubling, at most 5 s), in virtual seconds; and how many such retries make a writer stuck.
 BACKOFF_S = (0.1, 5.0)
 RING_ATTEMPTS = 40
-HOLD_CHUNK = 5  # steps an operator's hold lets the others take before it reads the clock
+# Actors that apply batches (consumers): stalls strike them, and cuts mostly.
+WRITERS = ("graph", "fanout", "zombie", "replay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +227,7 @@ class Workload:
     polls: tuple[int, int] = (5, 10)  # reads of the poller
     server_faults: float = 0.35  # chance of cache-server faults (``Actors.server_faults``)
     ring_changes: float = 0.15  # chance of a live ring change (``Actors.ring_change``)
+    stalls: float = 0.2  # chance of writers stopped mid-batch (``draw_stalls``)
 
     @property
     def live(self) -> list[Event]:
@@ -574,40 +576,29 @@ class Actors:
 
         self.spawn("servers", body, faults[0].at)
 
-    def ring_change(self, at: int, leaving: int | None) -> None:
-        """The operator's ``fanout ring change`` (memcache/ring_change.py) at step ``at``: the
-        spare server joins the ring (3→4) and then, unless ``leaving`` is None, server
-        ``leaving`` leaves it: the spare again (3→4→3, a reversal) or one of the first three
-        (a server replaced). The ring never has fewer than three servers, so a server fault
-        beside it stays within what failover promises (docs/design/cache-failover.md). Every
-        process re-reads the record once per ``adapter.RING_LEASE_S``, so each changes state
-        at its own moment; a hold is spent as steps the others take, and whatever of it they
+    def ring_change(self, at: int, rings: Sequence[tuple[str, ...]]) -> None:
+        """The operator's ``fanout ring change`` (memcache/ring_change.py) at step ``at``, to
+        each ring of ``rings`` in turn, back to back: each change begins as soon as the one
+        before returned (its last hold over). See ``ring_plan`` for what is drawn. Every
+        process re-reads the record once per ``Knobs.ring_lease_s``, so each changes state at
+        its own moment; a hold is spent as steps the others take, and whatever of it they
         leave is slept (the processes' leases run out as it passes)."""
-        world, sched = self.world, self.sched
+        world = self.world
         first = world.ring.record.servers
-        everyone = tuple(world.servers)
-        changes = [everyone]
-        if leaving is not None:
-            changes.append(tuple(s for i, s in enumerate(everyone) if i != leaving))
         self.ring_changes = True
 
-        def hold(seconds: float) -> None:
-            """Until ``seconds`` have passed on the virtual clock: steps the others take, and
-            their sleeps (a writer's backoff); slept at once when nobody else runs."""
-            end = world.now() + seconds
-            while (left := end - world.now()) > 0:
-                chunk = min(HOLD_CHUNK, math.ceil(left / adapter.STEP_S))
-                before = world.now()
-                sched.idle_until(len(sched.steps) + chunk)
-                if world.now() - before < chunk * adapter.STEP_S:  # nobody else ran
-                    world.sleep(max(0.0, end - world.now()))
-
         def body(proc: adapter.Process) -> None:
-            hold_for = hold_s(adapter.RING_LEASE_S, adapter.BOUNDS)
-            for servers in changes:
-                change_ring(world.ring, first, servers, hold_for, sleep=hold)
+            hold_for = hold_s(world.knobs.ring_lease_s, world.knobs.bounds)
+            for servers in rings:
+                change_ring(world.ring, first, servers, hold_for, sleep=world.pass_time)
 
         self.spawn("ring", body, at)
+        self.run.actors[-1] += f" ({' → '.join(' '.join(r) for r in rings)})"
+
+    def stalls(self, owner: str, stalls: list[adapter.Stall]) -> None:
+        """Process ``owner`` stopped mid-batch (``adapter.Stall``), each stall once, in turn."""
+        self.world.stalls[owner] = stalls
+        self.run.actors.append(f"stalls of {owner}: {'; '.join(map(str, stalls))}")
 
     def restarter(self, at: int, half: int) -> None:
         def body(proc: adapter.Process) -> None:
@@ -633,16 +624,24 @@ class ServerFault:
 
 
 def server_faults(
-    rng: random.Random, horizon: int, processes: Sequence[str], hot: Sequence[ListId]
+    rng: random.Random,
+    horizon: int,
+    processes: Sequence[str],
+    hot: Sequence[ListId],
+    hold: float,
 ) -> list[ServerFault]:
     """One to three faults, one after the other.
     Mostly the server of a list the live events write to, and a writer cut off it: that is
     where an append is missed and the server comes back stale for a list others read. Cuts
-    last 5 to 200 steps: most outlast a lease (50 steps), some the retry interval (100), some
-    end before the process cut off even noticed."""
+    last 5 to 200 steps: some outlast a lease (100 steps with the default settings), some the
+    retry interval, some end before the process cut off even noticed; one in four lasts one
+    to two holds (``hold`` seconds: a ring change's wait, longer than a lease), and a server
+    hung that long (every process cut off it, its requests run late) resumes after a ring
+    change or a revocation has passed it by."""
     faults = []
     at = rng.randrange(5, max(6, horizon // 2))
-    writers = [p for p in processes if not p.startswith(("reader", "invalidator"))]
+    writers = [p for p in processes if p.startswith(WRITERS)]
+    long = math.ceil(hold / adapter.STEP_S)
     for _ in range(rng.randint(1, 3)):
         server: int | ListId = rng.choice(hot) if rng.random() < 0.7 else rng.randrange(3)
         if rng.random() < 0.2:
@@ -656,10 +655,60 @@ def server_faults(
             target = rng.choice(writers)
         else:
             target = rng.choice(processes)
-        until = at + rng.randint(5, 200)
+        until = at + (rng.randint(long, 2 * long) if rng.random() < 0.25 else rng.randint(5, 200))
         faults.append(ServerFault(rng.choice(adapter.CUT_MODES), at, until, server, target))
         at = until + rng.randint(1, 60)
     return faults
+
+
+def ring_plan(rng: random.Random, servers: Sequence[str]) -> list[tuple[str, ...]]:
+    """The rings of one to three ring changes made back to back, from the first ring
+    (``s0``-``s2``): each adds or removes one server or, half the time, two at once (3→5,
+    5→3, 4→2 is never drawn). A server that leaves may be one of the first (replaced) or one
+    added before (a reversal); one that joins may be one that left before (its copies from
+    then are stale). The ring never has fewer than three servers, so a server fault beside
+    it stays within what failover promises (docs/design/cache-failover.md)."""
+    ring = set(servers[: adapter.FIRST_RING])
+    rings: list[tuple[str, ...]] = []
+    for _ in range(rng.choice([1, 2, 2, 3])):
+        outside = sorted(set(servers) - ring)
+        spare = len(ring) - adapter.FIRST_RING
+        n = rng.choice([1, 2])
+        if outside and (not spare or rng.random() < 0.5):
+            ring |= set(rng.sample(outside, min(n, len(outside))))
+        else:
+            ring -= set(rng.sample(sorted(ring), min(n, spare)))
+        rings.append(tuple(sorted(ring)))
+    return rings
+
+
+def draw_stalls(rng: random.Random, hold: float, others: Sequence[str]) -> list[adapter.Stall]:
+    """One or two stalls of one writer (``adapter.Stall``): stopped for a while (up to two
+    holds, ``hold`` seconds each, so a lease, a revocation's wait, a ring change's step pass
+    meanwhile) or not at all, and in most cases with a cut of the server its request goes to:
+    its own (the request fails where no later round retries it), everyone's (the server down
+    or hung while it is stopped), or another writer's (who revokes the server's epoch while
+    it is stopped)."""
+    stalls = []
+    for _ in range(rng.randint(1, 2)):
+        cut = None
+        if rng.random() < 0.6:
+            cut = rng.choice([adapter.SELF, adapter.SELF, "*", *others])
+        # Not stopped at all only with a cut: then the stall is the fault at that request.
+        stopped = cut is None or rng.random() < 0.7
+        seconds = rng.choice([rng.uniform(0.2, 1.0), rng.uniform(1.0, 2.0)]) * hold
+        stalls.append(
+            adapter.Stall(
+                rng.choice(adapter.STALL_POINTS),
+                rng.randrange(3),
+                rng.choice(["send", "receive"]),
+                seconds if stopped else 0.0,
+                cut,
+                rng.choice(adapter.CUT_MODES),
+                rng.randint(5, math.ceil(2 * hold / adapter.STEP_S)),
+            )
+        )
+    return stalls
 
 
 def replay(
@@ -725,16 +774,20 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
         actors.restarter(rng.randrange(5, horizon), rng.randrange(2))
     if rng.random() < load.lease_expiry:
         actors.lease_clock(sorted(rng.randrange(5, horizon) for _ in range(rng.randint(1, 4))))
+    processes = [a.partition("@")[0] for a in actors.run.actors]
+    processes = [a for a in processes if a not in PASSIVE]
+    knobs = actors.world.knobs
+    hold = hold_s(knobs.ring_lease_s, knobs.bounds)
     if rng.random() < load.server_faults:  # drawn last: the other actors are as without it
-        processes = [a.partition("@")[0] for a in actors.run.actors]
-        processes = [a for a in processes if a not in PASSIVE]
-        actors.server_faults(server_faults(rng, horizon, processes, hot))
+        actors.server_faults(server_faults(rng, horizon, processes, hot, hold))
     if rng.random() < load.ring_changes:  # drawn after the rest, for the same reason
-        leaving = rng.randrange(len(actors.world.servers) + 1)
-        actors.ring_change(
-            rng.randrange(5, max(6, horizon // 2)),
-            leaving if leaving < len(actors.world.servers) else None,
-        )
+        at = rng.randrange(5, max(6, horizon // 2))
+        actors.ring_change(at, ring_plan(rng, actors.world.servers))
+    if rng.random() < load.stalls:  # drawn after the rest, for the same reason
+        consumers = [a for a in processes if a.startswith(WRITERS)]
+        for owner in rng.sample(consumers, min(len(consumers), rng.randint(1, 2))):
+            others = [c for c in consumers if c != owner]
+            actors.stalls(owner, draw_stalls(rng, hold, others))
 
 
 # -- one schedule --------------------------------------------------------------------------------
@@ -749,25 +802,17 @@ def run_schedule(
     crashes: bool = True,
     server_faults: float | None = None,
     ring_changes: float | None = None,
+    stalls: float | None = None,
 ) -> Schedule:
     """Draw, run and check one schedule. Deterministic in (scenario, seed, strategy,
-    crashes, server_faults); ``crashes=False`` leaves out crashes between a batch's store and
-    list steps (the one fault that breaks a list even without concurrency); ``server_faults``
-    is the chance of cache-server faults (default: the scenario's, or
-    ``FANOUT_EXPLORE_SERVER_FAULTS``), ``ring_changes`` that of a live ring change (or
-    ``FANOUT_EXPLORE_RING_CHANGES``)."""
+    crashes, server_faults, ring_changes, stalls); ``crashes=False`` leaves out crashes
+    between a batch's store and list steps (the one fault that breaks a list even without
+    concurrency); ``server_faults`` is the chance of cache-server faults (default: the
+    scenario's, or ``FANOUT_EXPLORE_SERVER_FAULTS``), ``ring_changes`` that of a live ring
+    change (or ``FANOUT_EXPLORE_RING_CHANGES``), ``stalls`` that of writers stopped
+    mid-batch (or ``FANOUT_EXPLORE_STALLS``)."""
     rng = random.Random(f"{scenario}:{seed}")  # str seeds hash with sha512: stable everywhere
-    knobs = adapter.Knobs(
-        # Hot lists get tiny shards (a few tokens each) so that rollovers race each other.
-        shard_bytes=rng.choice([16, 24, 32] if scenario == "hotlist" else [64, 96, 128]),
-        dirty_min=rng.choice([2, 3, 4]),
-        dirty_ratio=rng.choice([0.3, 0.5]),
-        compact_write_prob=rng.choice([0.0, 0.1, 0.2]),
-        # Timelines capped to a few entries, most of the time: trims then race deliveries that
-        # a replay, a zombie or a redelivery brings late (posts older than the trim).
-        cap=rng.choice([2, 3, 4, 800]) if scenario in TIMELINE_SCENARIOS else 800,
-    )
-    run = Schedule(scenario, seed, knobs)
+    run = Schedule(scenario, seed, knobs(scenario, rng))
     load = workload(scenario, rng)
     if not crashes:
         load.crash = 0.0
@@ -779,15 +824,19 @@ def run_schedule(
     ring = os.environ.get("FANOUT_EXPLORE_RING_CHANGES") if ring_changes is None else ring_changes
     if ring is not None:
         load.ring_changes = float(ring)
+    stalled = os.environ.get("FANOUT_EXPLORE_STALLS") if stalls is None else stalls
+    if stalled is not None:
+        load.stalls = float(stalled)
     run.faults = (
         f"FANOUT_EXPLORE_SERVER_FAULTS={load.server_faults} "
         f"FANOUT_EXPLORE_RING_CHANGES={load.ring_changes} "
+        f"FANOUT_EXPLORE_STALLS={load.stalls} "
     )
     run.events, run.setup = load.log.events, load.setup
     db = workdir / f"{scenario}-{seed}.db"
     for stale in workdir.glob(f"{db.name}*"):
         stale.unlink()
-    world = adapter.World(cluster, db, f"x{seed}", knobs)
+    world = adapter.World(cluster, db, f"x{seed}", run.knobs)
     sched = Scheduler(
         random.Random(rng.getrandbits(64)),
         strategy=strategy,
@@ -826,6 +875,27 @@ def run_schedule(
                 for f in run.failures
             ]
     return run
+
+
+def knobs(scenario: str, rng: random.Random) -> adapter.Knobs:
+    """The product's settings for one schedule, drawn within what cli/settings.py allows
+    (shard sizes excepted: hot lists get shards of a few tokens, below the allowed 256 bytes,
+    so that rollovers race each other), defaults included: compaction at every dead token or
+    never, at every write or none; failover leases, retries and timeouts shorter and longer
+    than the defaults (a shorter timeout makes a shorter hold); timelines of one entry."""
+    return adapter.Knobs(
+        shard_bytes=rng.choice([16, 24, 32] if scenario == "hotlist" else [64, 96, 128, 256]),
+        dirty_min=rng.choice([0, 1, 2, 3, 4, 64]),
+        dirty_ratio=rng.choice([0.1, 0.3, 0.5, 1.0]),
+        compact_write_prob=rng.choice([0.0, 0.01, 0.1, 0.2, 1.0]),
+        # Timelines capped to a few entries, most of the time: trims then race deliveries that
+        # a replay, a zombie or a redelivery brings late (posts older than the trim).
+        cap=rng.choice([1, 2, 3, 4, 800]) if scenario in TIMELINE_SCENARIOS else 800,
+        ring_lease_s=rng.choice([1.0, 2.0, 2.0, 3.0]),
+        retry_s=rng.choice([0.5, 2.0, 2.0, 5.0]),
+        timeout_s=rng.choice([0.5, 1.0, 1.0, 2.0]),
+        celebrity_cache_s=rng.choice([60, 120, adapter.LEASE_S]),
+    )
 
 
 def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
