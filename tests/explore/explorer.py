@@ -700,7 +700,7 @@ def draw_stalls(rng: random.Random, hold: float, others: Sequence[str]) -> list[
         stalls.append(
             adapter.Stall(
                 rng.choice(adapter.STALL_POINTS),
-                rng.randrange(3),
+                rng.choice([0, 0, 1, 2]),
                 rng.choice(["send", "receive"]),
                 seconds if stopped else 0.0,
                 cut,

@@ -113,15 +113,28 @@ def test_a_seed_with_cache_server_faults_replays_identically(
     assert cuts
 
 
-def test_lists_and_timelines_stay_exact_through_a_live_ring_change_and_its_reversal(
+def test_lists_and_timelines_stay_exact_through_live_ring_changes_back_to_back(
     cache: MemcacheCluster, tmp_path: Path
 ) -> None:
-    """Every schedule with a live ring change (memcache/ring_change.py): a fourth server
-    joins the ring, and then most times one server leaves it again (the new one, or one of the
-    first three), while writers, readers and faults run; each process switches state when its
-    own lease on the record runs out, so processes are in neighbouring states at once, and
-    writers wait while their keys move. Lists and timelines must end exactly as the store and
-    the events say."""
+    """Every schedule with live ring changes (memcache/ring_change.py), one to three back to
+    back, each adding or removing one or two servers (new ones, or one of the first three, or
+    one that left before), while writers, readers and faults run; each process switches state
+    when its own lease on the record runs out, so processes are in neighbouring states at
+    once, and writers wait while their keys move. Lists and timelines must end exactly as the
+    store and the events say."""
     faults = _faulted_runs(cache, tmp_path, 3, ring_changes=1.0)
     # Every change swaps the record twice (moving, then stable), some twice over.
     assert faults["fault.ring"] >= 2 * len(SCENARIOS) * 3, faults
+
+
+def test_writers_stopped_mid_batch_past_a_hold_or_failing_a_write_no_round_retries(
+    cache: MemcacheCluster, tmp_path: Path
+) -> None:
+    """Every schedule with writers stopped inside an exchange (tests/explore/adapter.py,
+    ``Stall``): after the batch's edge-store write, at a timeline invalidation or another
+    DELETE, for up to two holds while ring changes, revocations and hung servers go on, or
+    with that request failing (a write no later round of the batch makes again). Each
+    exchange's requests go on as placed when the writer resumes; the product must check them
+    against the record and revoke what they missed: lists and timelines end exactly."""
+    faults = _faulted_runs(cache, tmp_path, 3, stalls=1.0, ring_changes=0.5)
+    assert faults["fault.stall"] >= len(SCENARIOS) and faults["fault.cut"] >= 10, faults
