@@ -143,12 +143,12 @@ HOLD_CHUNK = 5  # steps a waiting actor lets the others take before it reads the
 # Store calls that write: the exchange after one is a stall's ``after-store`` point.
 STORE_WRITES = frozenset({"apply", "remove_user", "store_posts", "delete_posts"})
 SELF = "self"  # a stall's cut of the stalled process itself
-STALL_POINTS = ("after-store", "invalidation", "delete")
+WRITE_POINTS = ("after-store", "invalidation", "delete")  # a writer's stall points
 
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    """One process stopped mid-batch, inside an exchange (its requests placed, under the
+    """One process stopped mid-exchange (its requests placed, under the
     lease and epochs it began with), at the ``nth`` request after the previous stall that
     ``point`` names:
 
@@ -156,7 +156,8 @@ class Stall:
       batch is in the store, none of its cache writes made);
     - ``invalidation``: a DELETE of a home timeline's head, which a graph batch makes for
       every follower whose followees changed; no later round retries it;
-    - ``delete``: any DELETE (an invalidation, a dropped list, a claim broken).
+    - ``delete``: any DELETE (an invalidation, a dropped list, a claim broken);
+    - ``read``: a read of items (a reader's list heads and shards, a timeline).
 
     ``phase``: before the request is sent, or after it was sent and before its reply is read.
     ``seconds``: how long the process is not scheduled (virtual; a hold is about 5 s).
@@ -176,6 +177,8 @@ class Stall:
     def meets(self, request: bytes, after_store: bool) -> bool:
         if self.point == "after-store":
             return after_store
+        if self.point == "read":
+            return request.startswith(b"mg ")
         deletes = [line for line in request.split(b"\r\n") if line.startswith(b"delete ")]
         if self.point == "delete":
             return bool(deletes)
@@ -545,18 +548,18 @@ class Process:
         lists: the batch is not committed and will be delivered again."""
         self.graph.record([positioned(e) for e in events if e.kind not in POST_KINDS])
 
-    def read(self, ids: Sequence[ListId]) -> None:
+    def read(self, ids: Sequence[ListId]) -> dict[ListId, frozenset[str]]:
         """Readers: follower/following lists in one ``read_many``; a timeline through the
         real read path (following list, timeline, celebrity merge, post bodies), as a first
         page of 50, or pages of one or two walked down (deep pages read the bodies above
-        their cursor)."""
-        refs = [_ref(i) for i in ids if i[0] != TIMELINE]
-        if refs:
-            self.lists.read_many(refs)
+        their cursor). Returns what the follower/following lists read."""
+        graph_ids = [i for i in ids if i[0] != TIMELINE]
+        found = self.lists.read_many([_ref(i) for i in graph_ids]) if graph_ids else {}
         for kind, user in ids:
             if kind == TIMELINE:
                 limit = self._rng.choice([1, 2, 50])
                 self.pages(user, limit, pages=1 if limit == 50 else self._rng.randint(1, 3))
+        return {i: found[_ref(i)] for i in graph_ids}
 
     def pages(self, user: str, limit: int, pages: int | None = None) -> list[Entry]:
         """A home timeline walked ``pages`` pages of ``limit`` down (all of them: None), each

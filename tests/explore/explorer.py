@@ -65,6 +65,27 @@ class Failure:
 
 
 @dataclass(slots=True)
+class Delivery:
+    """One batch delivered to a writer: from the step its first store call could take (its
+    store-only step first, for a crash) to the step after its apply returned (None: never),
+    when the consumer would commit its offsets."""
+
+    events: tuple[Event, ...]
+    began: int
+    ended: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """What a reader's ``read_many`` answered, and the steps it spanned."""
+
+    actor: str
+    began: int
+    ended: int
+    lists: dict[ListId, frozenset[str]]
+
+
+@dataclass(slots=True)
 class Schedule:
     """Everything one seed drew, and what happened."""
 
@@ -79,6 +100,8 @@ class Schedule:
     trace: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     faults: str = ""  # the shares of cache-server faults and ring changes, as variables
+    deliveries: list[Delivery] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -227,7 +250,7 @@ class Workload:
     polls: tuple[int, int] = (5, 10)  # reads of the poller
     server_faults: float = 0.35  # chance of cache-server faults (``Actors.server_faults``)
     ring_changes: float = 0.15  # chance of a live ring change (``Actors.ring_change``)
-    stalls: float = 0.2  # chance of writers stopped mid-batch (``draw_stalls``)
+    stalls: float = 0.2  # chance of processes stopped mid-exchange (``draw_stalls``)
 
     @property
     def live(self) -> list[Event]:
@@ -436,13 +459,22 @@ class Actors:
                     if step is not None:
                         step.args, step.done = (lost,), True
                     self.sched.idle_until(len(self.sched.steps) + gap)
+                delivery = self._delivery(batch)
                 if mode == "crash" and any(e.kind not in POST_KINDS for e in batch):
                     self.sched.note("crash-after-store", (" ".join(map(str, batch)),))
                     proc.apply_store_only(batch)
-                for _ in range(2 if mode == "twice" else 1):
+                for again in range(2 if mode == "twice" else 1):
+                    if again:
+                        delivery = self._delivery(batch)
                     self._deliver(proc, batch)
+                    delivery.ended = len(self.sched.steps)
 
         self.spawn(name, body, wake_at)
+
+    def _delivery(self, batch: list[Event]) -> Delivery:
+        delivery = Delivery(tuple(batch), len(self.sched.steps))
+        self.run.deliveries.append(delivery)
+        return delivery
 
     def _deliver(self, proc: adapter.Process, batch: list[Event]) -> None:
         """A batch applied until it succeeds, a transient error retrying it at once. While a
@@ -472,7 +504,9 @@ class Actors:
             for at, ids in reads:
                 self.sched.idle_until(at)
                 self.sched.note("read", tuple(f"{k}:{u}" for k, u in ids))
-                proc.read(ids)
+                began = len(self.sched.steps)
+                found = proc.read(ids)
+                self.run.reads.append(Read(name, began, len(self.sched.steps), found))
 
         self.spawn(name, body, reads[0][0])
 
@@ -596,7 +630,7 @@ class Actors:
         self.run.actors[-1] += f" ({' → '.join(' '.join(r) for r in rings)})"
 
     def stalls(self, owner: str, stalls: list[adapter.Stall]) -> None:
-        """Process ``owner`` stopped mid-batch (``adapter.Stall``), each stall once, in turn."""
+        """Process ``owner`` stopped mid-exchange (``adapter.Stall``), each stall once, in turn."""
         self.world.stalls[owner] = stalls
         self.run.actors.append(f"stalls of {owner}: {'; '.join(map(str, stalls))}")
 
@@ -682,13 +716,15 @@ def ring_plan(rng: random.Random, servers: Sequence[str]) -> list[tuple[str, ...
     return rings
 
 
-def draw_stalls(rng: random.Random, hold: float, others: Sequence[str]) -> list[adapter.Stall]:
-    """One or two stalls of one writer (``adapter.Stall``): stopped for a while (up to two
-    holds, ``hold`` seconds each, so a lease, a revocation's wait, a ring change's step pass
-    meanwhile) or not at all, and in most cases with a cut of the server its request goes to:
-    its own (the request fails where no later round retries it), everyone's (the server down
-    or hung while it is stopped), or another writer's (who revokes the server's epoch while
-    it is stopped)."""
+def draw_stalls(
+    rng: random.Random, hold: float, others: Sequence[str], points: Sequence[str]
+) -> list[adapter.Stall]:
+    """One or two stalls of one process (``adapter.Stall``) at ``points``: stopped for a while
+    (up to two holds, ``hold`` seconds each, so a lease, a revocation's wait, a ring change's
+    step pass meanwhile) or not at all, and in most cases with a cut of the server its request
+    goes to: its own (a writer's request fails where no later round retries it), everyone's
+    (the server down or hung while it is stopped), or a writer's of ``others`` (who revokes
+    the server's epoch while it is stopped)."""
     stalls = []
     for _ in range(rng.randint(1, 2)):
         cut = None
@@ -699,7 +735,7 @@ def draw_stalls(rng: random.Random, hold: float, others: Sequence[str]) -> list[
         seconds = rng.choice([rng.uniform(0.2, 1.0), rng.uniform(1.0, 2.0)]) * hold
         stalls.append(
             adapter.Stall(
-                rng.choice(adapter.STALL_POINTS),
+                rng.choice(points),
                 rng.choice([0, 0, 1, 2]),
                 rng.choice(["send", "receive"]),
                 seconds if stopped else 0.0,
@@ -787,7 +823,10 @@ def plan(load: Workload, actors: Actors, rng: random.Random) -> None:
         consumers = [a for a in processes if a.startswith(WRITERS)]
         for owner in rng.sample(consumers, min(len(consumers), rng.randint(1, 2))):
             others = [c for c in consumers if c != owner]
-            actors.stalls(owner, draw_stalls(rng, hold, others))
+            actors.stalls(owner, draw_stalls(rng, hold, others, adapter.WRITE_POINTS))
+        readers = [a for a in processes if a.startswith("reader")]
+        if readers and rng.random() < 0.5:  # a read answered after its lease ran out
+            actors.stalls(rng.choice(readers), draw_stalls(rng, hold, consumers, ("read",)))
 
 
 # -- one schedule --------------------------------------------------------------------------------
@@ -920,10 +959,61 @@ def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
         for member in sorted(stored ^ expected):
             detail = "store active, events say inactive" if member in stored else "store lacks"
             failures.append(Failure("store_vs_model", list_id, member, detail))
+    failures += stale_reads(run)
     return [
         Failure(f.kind, f.list_id, f.member, f.detail, world.suspect(run.steps, run.events, f))
         for f in failures
     ]
+
+
+def stale_reads(run: Schedule) -> list[Failure]:
+    """Reads during the run: once a batch is committed (its apply returned), every read that
+    begins later must show it. For each follower/following list a reader read, every edge
+    that no batch in flight while the read ran touches (a follow or unfollow of it, a removal
+    of either user; replays, zombies and redeliveries count, and a crashed batch is in flight
+    until its redelivery returns) must be as the batches committed before the read began say
+    (``read_stale``); an edge some batch in flight touches may be either way."""
+    users = sorted({e.user for e in run.events} | {e.other for e in run.events} - {""})
+    setup = run.events[: run.setup]
+    failures = []
+    for read in run.reads:
+        done = [
+            *setup,
+            *(
+                e
+                for d in run.deliveries
+                if d.ended is not None and d.ended <= read.began
+                for e in d.events
+            ),
+        ]
+        flying = [
+            e
+            for d in run.deliveries
+            if d.began < read.ended and (d.ended is None or d.ended > read.began)
+            for e in d.events
+            if e.kind not in POST_KINDS
+        ]
+        model = GraphModel(done)
+        for list_id, members in read.lists.items():
+            kind, user = list_id
+            for other in users:
+                edge = (other, user) if kind == "followers" else (user, other)
+                if other == user or any(_touches(e, edge) for e in flying):
+                    continue
+                if (other in members) != model.active(*edge):
+                    shown = "shown" if other in members else "not shown"
+                    detail = (
+                        f"{shown} by {read.actor}'s read at steps {read.began}-{read.ended}; "
+                        "the batches committed before it say otherwise"
+                    )
+                    failures.append(Failure("read_stale", list_id, other, detail))
+    return failures
+
+
+def _touches(event: Event, edge: tuple[str, str]) -> bool:
+    if event.kind == "removed":
+        return event.user in edge
+    return (event.user, event.other) == edge
 
 
 def timeline_failures(
