@@ -621,6 +621,7 @@ class _CutPipe(ServerPipe):
 
     def send(self, payload: bytes) -> None:
         self._world.reached(self._owner, self.name, "send", payload)
+        self._world.sending(self._owner)
         self._sent = payload
         mode = self._world.cut_mode(self._owner, self.name)
         if mode == "refused":
@@ -714,6 +715,7 @@ class World:
         self.stalls: dict[str, list[Stall]] = {}  # per process, the stalls still to come
         self._passed: dict[str, int] = {}  # per process, the points of its next stall passed
         self._stored: set[str] = set()  # processes whose last store call wrote, no cache since
+        self.first_sent: dict[str, int] = {}  # per process, its first request's step since asked
         self.held: dict[str, list[bytes]] = {}  # per server, requests it runs late (in order)
         self.ring = _SwappedRing(self)  # the record every process reads
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
@@ -827,6 +829,11 @@ class World:
         server is the ``after-store`` point of a stall."""
         if method in STORE_WRITES:
             self._stored.add(owner)
+
+    def sending(self, owner: str) -> None:
+        """Process ``owner`` sends a request now (the server runs it now, unless cut)."""
+        if self.scheduler is not None:
+            self.first_sent.setdefault(owner, len(self.scheduler.steps))
 
     def reached(self, owner: str, server: str, phase: str, request: bytes) -> None:
         """Process ``owner`` is about to send ``request`` to ``server`` (``phase`` ``send``) or

@@ -77,10 +77,12 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """What a reader's ``read_many`` answered, and the steps it spanned."""
+    """What a reader's ``read_many`` answered, the steps it spanned, and the step its first
+    request to a cache server was sent (``began`` if none was)."""
 
     actor: str
     began: int
+    sent: int
     ended: int
     lists: dict[ListId, frozenset[str]]
 
@@ -505,8 +507,12 @@ class Actors:
                 self.sched.idle_until(at)
                 self.sched.note("read", tuple(f"{k}:{u}" for k, u in ids))
                 began = len(self.sched.steps)
+                self.world.first_sent.pop(name, None)
                 found = proc.read(ids)
-                self.run.reads.append(Read(name, began, len(self.sched.steps), found))
+                # Its first request, if it sent any, may have waited long after the lease
+                # placing it was checked (a stall): the servers ran every request after that.
+                sent = self.world.first_sent.pop(name, began)
+                self.run.reads.append(Read(name, began, sent, len(self.sched.steps), found))
 
         self.spawn(name, body, reads[0][0])
 
@@ -967,12 +973,14 @@ def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
 
 
 def stale_reads(run: Schedule) -> list[Failure]:
-    """Reads during the run: once a batch is committed (its apply returned), every read that
-    begins later must show it. For each follower/following list a reader read, every edge
-    that no batch in flight while the read ran touches (a follow or unfollow of it, a removal
-    of either user; replays, zombies and redeliveries count, and a crashed batch is in flight
-    until its redelivery returns) must be as the batches committed before the read began say
-    (``read_stale``); an edge some batch in flight touches may be either way."""
+    """Reads during the run: once a batch is committed (its apply returned), no process
+    serves an item that missed it, so a read whose requests were all sent later must show
+    it, even one that began (and placed its requests under a lease) before. For each
+    follower/following list a reader read, every edge that no batch in flight while the read
+    ran touches (a follow or unfollow of it, a removal of either user; replays, zombies and
+    redeliveries count, and a crashed batch is in flight until its redelivery returns) must be
+    as the batches committed before the read's first request say (``read_stale``); an edge
+    some batch in flight touches may be either way."""
     users = sorted({e.user for e in run.events} | {e.other for e in run.events} - {""})
     setup = run.events[: run.setup]
     failures = []
@@ -982,14 +990,14 @@ def stale_reads(run: Schedule) -> list[Failure]:
             *(
                 e
                 for d in run.deliveries
-                if d.ended is not None and d.ended <= read.began
+                if d.ended is not None and d.ended <= read.sent
                 for e in d.events
             ),
         ]
         flying = [
             e
             for d in run.deliveries
-            if d.began < read.ended and (d.ended is None or d.ended > read.began)
+            if d.began < read.ended and (d.ended is None or d.ended > read.sent)
             for e in d.events
             if e.kind not in POST_KINDS
         ]
@@ -1003,8 +1011,8 @@ def stale_reads(run: Schedule) -> list[Failure]:
                 if (other in members) != model.active(*edge):
                     shown = "shown" if other in members else "not shown"
                     detail = (
-                        f"{shown} by {read.actor}'s read at steps {read.began}-{read.ended}; "
-                        "the batches committed before it say otherwise"
+                        f"{shown} by {read.actor}'s read at steps {read.began}-{read.ended} "
+                        f"(sent from {read.sent}); the batches committed before say otherwise"
                     )
                     failures.append(Failure("read_stale", list_id, other, detail))
     return failures
