@@ -621,7 +621,7 @@ class _CutPipe(ServerPipe):
 
     def send(self, payload: bytes) -> None:
         self._world.reached(self._owner, self.name, "send", payload)
-        self._world.sending(self._owner)
+        self._world.consulted(self._owner, self.name)
         self._sent = payload
         mode = self._world.cut_mode(self._owner, self.name)
         if mode == "refused":
@@ -715,7 +715,8 @@ class World:
         self.stalls: dict[str, list[Stall]] = {}  # per process, the stalls still to come
         self._passed: dict[str, int] = {}  # per process, the points of its next stall passed
         self._stored: set[str] = set()  # processes whose last store call wrote, no cache since
-        self.first_sent: dict[str, int] = {}  # per process, its first request's step since asked
+        # Per process watched (``watch``): the step it first asked each server, or the store.
+        self._consulted: dict[str, dict[str, int]] = {}
         self.held: dict[str, list[bytes]] = {}  # per server, requests it runs late (in order)
         self.ring = _SwappedRing(self)  # the record every process reads
         self._time = 0.0  # virtual seconds slept outside a schedule (see ``now``)
@@ -829,11 +830,31 @@ class World:
         server is the ``after-store`` point of a stall."""
         if method in STORE_WRITES:
             self._stored.add(owner)
+        watched, sched = self._consulted.get(owner), self.scheduler
+        if watched is not None and sched is not None:  # the store answered from the call's step
+            call = f"store.{method}"
+            mine = (s.index for s in reversed(sched.steps) if (s.actor, s.call) == (owner, call))
+            watched.setdefault("store", next(mine, len(sched.steps)))
 
-    def sending(self, owner: str) -> None:
-        """Process ``owner`` sends a request now (the server runs it now, unless cut)."""
-        if self.scheduler is not None:
-            self.first_sent.setdefault(owner, len(self.scheduler.steps))
+    def watch(self, owner: str) -> None:
+        """From now on note when process ``owner`` first asks each server, and the store."""
+        self._consulted[owner] = {}
+
+    def consulted(self, owner: str, server: str = "") -> dict[str, int]:
+        """Process ``owner`` sends a request to ``server`` now (which runs it now, unless
+        cut); or, without a server, what it asked since ``watch``: the first step per server,
+        and ``store``'s, and the watch ends."""
+        if not server:
+            return self._consulted.pop(owner, {})
+        watched, sched = self._consulted.get(owner), self.scheduler
+        if watched is not None and sched is not None:
+            watched.setdefault(server, len(sched.steps))
+        return {}
+
+    def places(self, list_id: ListId) -> set[str]:
+        """Every server a version of the ring put the list's items on (a list moves whole)."""
+        kind, user = list_id
+        return self._owners(f"{self.namespace}|{KIND_CODES[kind]}|{user}".encode())
 
     def reached(self, owner: str, server: str, phase: str, request: bytes) -> None:
         """Process ``owner`` is about to send ``request`` to ``server`` (``phase`` ``send``) or

@@ -77,14 +77,21 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """What a reader's ``read_many`` answered, the steps it spanned, and the step its first
-    request to a cache server was sent (``began`` if none was)."""
+    """What a reader's ``read_many`` answered, the steps it spanned, and the step at which it
+    first asked each cache server and the store (``asked``, by server name and ``store``)."""
 
     actor: str
     began: int
-    sent: int
     ended: int
+    asked: dict[str, int]
     lists: dict[ListId, frozenset[str]]
+
+    def since(self, servers: set[str]) -> int:
+        """The first step at which a source a list may be answered from was asked: its
+        servers (a request may wait long after the lease that placed it was checked, and the
+        server runs it when it comes) or the store; ``began`` if none was."""
+        asked = [at for source, at in self.asked.items() if source in servers or source == "store"]
+        return min(asked, default=self.began)
 
 
 @dataclass(slots=True)
@@ -507,12 +514,10 @@ class Actors:
                 self.sched.idle_until(at)
                 self.sched.note("read", tuple(f"{k}:{u}" for k, u in ids))
                 began = len(self.sched.steps)
-                self.world.first_sent.pop(name, None)
+                self.world.watch(name)
                 found = proc.read(ids)
-                # Its first request, if it sent any, may have waited long after the lease
-                # placing it was checked (a stall): the servers ran every request after that.
-                sent = self.world.first_sent.pop(name, began)
-                self.run.reads.append(Read(name, began, sent, len(self.sched.steps), found))
+                asked = self.world.consulted(name)
+                self.run.reads.append(Read(name, began, len(self.sched.steps), asked, found))
 
         self.spawn(name, body, reads[0][0])
 
@@ -965,44 +970,46 @@ def check(world: adapter.World, load: Workload, run: Schedule) -> list[Failure]:
         for member in sorted(stored ^ expected):
             detail = "store active, events say inactive" if member in stored else "store lacks"
             failures.append(Failure("store_vs_model", list_id, member, detail))
-    failures += stale_reads(run)
+    failures += stale_reads(world, run)
     return [
         Failure(f.kind, f.list_id, f.member, f.detail, world.suspect(run.steps, run.events, f))
         for f in failures
     ]
 
 
-def stale_reads(run: Schedule) -> list[Failure]:
+def stale_reads(world: adapter.World, run: Schedule) -> list[Failure]:
     """Reads during the run: once a batch is committed (its apply returned), no process
     serves an item that missed it, so a read whose requests were all sent later must show
     it, even one that began (and placed its requests under a lease) before. For each
     follower/following list a reader read, every edge that no batch in flight while the read
     ran touches (a follow or unfollow of it, a removal of either user; replays, zombies and
     redeliveries count, and a crashed batch is in flight until its redelivery returns) must be
-    as the batches committed before the read's first request say (``read_stale``); an edge
-    some batch in flight touches may be either way."""
+    as the batches committed before the read first asked a source of the list say (its
+    servers or the store: ``Read.since``; ``read_stale``); an edge some batch in flight
+    touches may be either way."""
     users = sorted({e.user for e in run.events} | {e.other for e in run.events} - {""})
     setup = run.events[: run.setup]
     failures = []
     for read in run.reads:
-        done = [
-            *setup,
-            *(
+        for list_id, members in read.lists.items():
+            since = read.since(world.places(list_id))
+            done = [
+                *setup,
+                *(
+                    e
+                    for d in run.deliveries
+                    if d.ended is not None and d.ended <= since
+                    for e in d.events
+                ),
+            ]
+            flying = [
                 e
                 for d in run.deliveries
-                if d.ended is not None and d.ended <= read.sent
+                if d.began < read.ended and (d.ended is None or d.ended > since)
                 for e in d.events
-            ),
-        ]
-        flying = [
-            e
-            for d in run.deliveries
-            if d.began < read.ended and (d.ended is None or d.ended > read.sent)
-            for e in d.events
-            if e.kind not in POST_KINDS
-        ]
-        model = GraphModel(done)
-        for list_id, members in read.lists.items():
+                if e.kind not in POST_KINDS
+            ]
+            model = GraphModel(done)
             kind, user = list_id
             for other in users:
                 edge = (other, user) if kind == "followers" else (user, other)
@@ -1012,7 +1019,7 @@ def stale_reads(run: Schedule) -> list[Failure]:
                     shown = "shown" if other in members else "not shown"
                     detail = (
                         f"{shown} by {read.actor}'s read at steps {read.began}-{read.ended} "
-                        f"(sent from {read.sent}); the batches committed before say otherwise"
+                        f"(asked from {since}); the batches committed before say otherwise"
                     )
                     failures.append(Failure("read_stale", list_id, other, detail))
     return failures
