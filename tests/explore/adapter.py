@@ -143,6 +143,7 @@ HOLD_CHUNK = 5  # steps a waiting actor lets the others take before it reads the
 # Store calls that write: the exchange after one is a stall's ``after-store`` point.
 STORE_WRITES = frozenset({"apply", "remove_user", "store_posts", "delete_posts"})
 SELF = "self"  # a stall's cut of the stalled process itself
+OTHERS = "others"  # a stall's cut of every process but the stalled one
 WRITE_POINTS = ("after-store", "invalidation", "delete")  # a writer's stall points
 
 
@@ -163,8 +164,11 @@ class Stall:
     ``seconds``: how long the process is not scheduled (virtual; a hold is about 5 s).
     ``cut``: a cut of the server the request goes to, made as the process stops: of the
     process itself (``SELF``: its request fails, refused, unanswered or run late), of every
-    process (``*``: the server down or hung), or of another process (which then revokes the
-    server's epoch while this one is stopped); it heals ``cut_steps`` steps later."""
+    process (``*``: the server down or hung), of every other process (``OTHERS``: each that
+    writes there meanwhile revokes the server's epoch and commits, and the stopped one's
+    request then reaches the server under the epoch they revoked), or of another process
+    (which revokes the server's epoch while this one is stopped); it heals ``cut_steps`` steps
+    later."""
 
     point: str
     nth: int
@@ -766,8 +770,9 @@ class World:
 
     def cut(self, target: str, server: str, mode: str, until: int | None = None) -> None:
         """Cut process ``target`` (an actor's name; ``*``: every actor, the server down for
-        everyone) off ``server``; ``mode`` is one of ``CUT_MODES`` (see ``_CutPipe``). The
-        server itself keeps running with its items: it comes back stale. ``until``: the step
+        everyone; ``!{name}``: every actor but that one) off ``server``; ``mode`` is one of
+        ``CUT_MODES`` (see ``_CutPipe``). The server itself keeps running with its items: it
+        comes back stale. ``until``: the step
         at which the cut heals by itself (at the first request that meets it after that: a
         stall's cut, made by no actor of its own); otherwise ``heal`` ends it."""
         self.cuts[(target, server)] = mode
@@ -821,7 +826,15 @@ class World:
                 late = self.heal(*cut)
                 if sched is not None:
                     sched.note("fault.heal", (*cut, late))
-        return self.cuts.get((owner, server)) or self.cuts.get(("*", server))
+        mode = self.cuts.get((owner, server)) or self.cuts.get(("*", server))
+        return mode or next(
+            (
+                m
+                for (t, s), m in self.cuts.items()
+                if s == server and t.startswith("!") and t[1:] != owner
+            ),
+            None,
+        )
 
     # -- stalls: a process not scheduled for a while, mid-batch ------------------------------
 
@@ -880,7 +893,7 @@ class World:
         stalls.pop(0)
         self._passed[owner] = 0
         if stall.cut is not None:
-            target = owner if stall.cut == SELF else stall.cut
+            target = {SELF: owner, OTHERS: f"!{owner}"}.get(stall.cut, stall.cut)
             step = sched.pause("fault.cut", (target, server, stall.mode))
             self.cut(target, server, stall.mode, until=len(sched.steps) + stall.cut_steps)
             if step is not None:
@@ -1119,13 +1132,14 @@ class World:
             return f"STALL {owner} {seconds:.1f}s at {point}, {where} {server}"
         if call == "fault.cut":
             target, server, mode = args
-            who = "everyone" if target == "*" else target
+            who = {"*": "everyone"}.get(target, target.replace("!", "everyone but ", 1))
             return f"CUT {who} off {server} ({mode})"
         if call == "fault.heal":
             target, server, *ran = args
             result = ran[0] if ran else result
             late = f" ({result} requests run late)" if step.done and result else ""
-            return f"HEAL {'everyone' if target == '*' else target} and {server}{late}"
+            who = {"*": "everyone"}.get(target, target.replace("!", "everyone but ", 1))
+            return f"HEAL {who} and {server}{late}"
         shown = " ".join([call, *map(str, args)])
         return f"{shown} → {result}" if step.done and result is not None else shown
 

@@ -734,20 +734,21 @@ def draw_stalls(
     (up to two holds, ``hold`` seconds each, so a lease, a revocation's wait, a ring change's
     step pass meanwhile) or not at all, and in most cases with a cut of the server its request
     goes to: its own (a writer's request fails where no later round retries it), everyone's
-    (the server down or hung while it is stopped), or a writer's of ``others`` (who revokes
-    the server's epoch while it is stopped)."""
+    (the server down or hung while it is stopped), every other process's, or a writer's of
+    ``others`` (who revoke the server's epoch while it is stopped)."""
     stalls = []
     for _ in range(rng.randint(1, 2)):
         cut = None
         if rng.random() < 0.6:
-            cut = rng.choice([adapter.SELF, adapter.SELF, "*", *others])
+            cut = rng.choice([adapter.SELF, adapter.SELF, "*", adapter.OTHERS, *others])
         # Not stopped at all only with a cut: then the stall is the fault at that request.
         stopped = cut is None or rng.random() < 0.7
         seconds = rng.choice([rng.uniform(0.2, 1.0), rng.uniform(1.0, 2.0)]) * hold
         stalls.append(
             adapter.Stall(
                 rng.choice(points),
-                rng.choice([0, 0, 1, 2]),
+                # A read's later requests are its shards', after its heads' (one per server).
+                rng.randrange(6) if "read" in points else rng.choice([0, 0, 1, 2]),
                 rng.choice(["send", "receive"]),
                 seconds if stopped else 0.0,
                 cut,
