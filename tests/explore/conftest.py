@@ -11,8 +11,6 @@ from tests.held_ring import own_trust
 from timeline_fanout.memcache.cluster import MemcacheCluster
 from timeline_fanout_devstack.memcached_processes import own_server
 
-SPARES = 2  # a ring change may add two servers at once
-
 
 @pytest.fixture(scope="session")
 def spare_servers() -> Iterator[list[tuple[str, int]]]:
