@@ -27,7 +27,7 @@ Things that are internals on purpose and would move with another redesign:
   process off a server;
 - the ring every process reads (``World.ring``, a ``RingSource`` held in memory, swapped by
   the product's ``change_ring`` run as an actor): each process re-reads it once per
-  ``RING_LEASE_S`` of virtual time, and the operator's holds are spent as steps;
+  ``Knobs.ring_lease_s`` of virtual time, and the operator's holds are spent as steps;
 - reading the trace back (``describe``, ``suspect``), which knows the key and token layout.
 """
 
