@@ -149,9 +149,8 @@ WRITE_POINTS = ("after-store", "invalidation", "delete")  # a writer's stall poi
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    """One process stopped mid-exchange (its requests placed, under the
-    lease and epochs it began with), at the ``nth`` request after the previous stall that
-    ``point`` names:
+    """One process stopped mid-exchange (its requests placed, under the lease and epochs it
+    began with), at the ``nth`` request after the previous stall that ``point`` names:
 
     - ``after-store``: the first request to a cache server after an edge-store write (the
       batch is in the store, none of its cache writes made);
@@ -625,7 +624,7 @@ class _CutPipe(ServerPipe):
 
     def send(self, payload: bytes) -> None:
         self._world.reached(self._owner, self.name, "send", payload)
-        self._world.consulted(self._owner, self.name)
+        self._world.asks(self._owner, self.name)
         self._sent = payload
         mode = self._world.cut_mode(self._owner, self.name)
         if mode == "refused":
@@ -714,7 +713,8 @@ class World:
             (host, int(port)) for host, port in (s.rsplit(":", 1) for s in sorted(cluster.servers))
         ]
         self.servers = [f"s{i}" for i in range(len(self.addresses))]
-        self.cuts: dict[tuple[str, str], str] = {}  # (process or "*", server): how it is cut
+        # (process, "*" or "!{process}", server): how it is cut (see ``cut``)
+        self.cuts: dict[tuple[str, str], str] = {}
         self.cut_ends: dict[tuple[str, str], int] = {}  # cuts a stall made: the step they end
         self.stalls: dict[str, list[Stall]] = {}  # per process, the stalls still to come
         self._passed: dict[str, int] = {}  # per process, the points of its next stall passed
@@ -772,9 +772,9 @@ class World:
         """Cut process ``target`` (an actor's name; ``*``: every actor, the server down for
         everyone; ``!{name}``: every actor but that one) off ``server``; ``mode`` is one of
         ``CUT_MODES`` (see ``_CutPipe``). The server itself keeps running with its items: it
-        comes back stale. ``until``: the step
-        at which the cut heals by itself (at the first request that meets it after that: a
-        stall's cut, made by no actor of its own); otherwise ``heal`` ends it."""
+        comes back stale. ``until``: the step at which the cut heals by itself (at the first
+        request that meets it after that: a stall's cut, made by no actor of its own);
+        otherwise ``heal`` ends it."""
         self.cuts[(target, server)] = mode
         if until is None:
             self.cut_ends.pop((target, server), None)
@@ -853,16 +853,17 @@ class World:
         """From now on note when process ``owner`` first asks each server, and the store."""
         self._consulted[owner] = {}
 
-    def consulted(self, owner: str, server: str = "") -> dict[str, int]:
+    def asks(self, owner: str, server: str) -> None:
         """Process ``owner`` sends a request to ``server`` now (which runs it now, unless
-        cut); or, without a server, what it asked since ``watch``: the first step per server,
-        and ``store``'s, and the watch ends."""
-        if not server:
-            return self._consulted.pop(owner, {})
+        cut)."""
         watched, sched = self._consulted.get(owner), self.scheduler
         if watched is not None and sched is not None:
             watched.setdefault(server, len(sched.steps))
-        return {}
+
+    def consulted(self, owner: str) -> dict[str, int]:
+        """What process ``owner`` asked since ``watch``: the first step per server, and
+        ``store``'s; the watch ends."""
+        return self._consulted.pop(owner, {})
 
     def places(self, list_id: ListId) -> set[str]:
         """Every server a version of the ring put the list's items on (a list moves whole)."""

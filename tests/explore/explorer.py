@@ -709,7 +709,8 @@ def server_faults(
 def ring_plan(rng: random.Random, servers: Sequence[str]) -> list[tuple[str, ...]]:
     """The rings of one to three ring changes made back to back, from the first ring
     (``s0``-``s2``): each adds or removes one server or, half the time, two at once (3→5,
-    5→3, 4→2 is never drawn). A server that leaves may be one of the first (replaced) or one
+    5→3), as far as the servers outside the ring and the floor of three allow. A server that
+    leaves may be one of the first (replaced) or one
     added before (a reversal); one that joins may be one that left before (its copies from
     then are stale). The ring never has fewer than three servers, so a server fault beside
     it stays within what failover promises (docs/design/cache-failover.md)."""
