@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -23,11 +25,13 @@ from timeline_fanout.graph.lists.capped import CappedLayout, CappedLists
 from timeline_fanout.graph.lists.fencing import Index
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import Delivery, TokenLists
+from timeline_fanout.graph.lists.tokens import Change
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import counter_key, shard_key
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
-from timeline_fanout.memcache import CacheUnavailable
+from timeline_fanout.memcache import CacheUnavailable, Item
 from timeline_fanout.memcache.cluster import MemcacheCluster
+from timeline_fanout.memcache.interface import Cache
 from timeline_fanout.memcache.ring import EpochState
 from timeline_fanout.memcache.trust import TrustSettings
 
@@ -431,6 +435,46 @@ def test_writes_skip_absent_lists_and_readers_build_them(
     sqlite_store.apply([EdgeChange("b", "star", True, 2)])
     lazy.apply({STAR: [(True, "b", 2)]})  # now it exists: appended
     assert lazy.stats.appends == 1 and lazy.read(STAR) == {"a", "b"}
+
+
+class _BuiltAfterFirstHeads:
+    """A writer's cache on which another client builds ``ref`` right after the writer's first
+    read of list heads: between the waves of one write."""
+
+    def __init__(self, cache: MemcacheCluster, builder: ShardedLists, ref: ListRef) -> None:
+        self._cache = cache
+        self._builder = builder
+        self._ref = ref
+        self._heads = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cache, name)
+
+    def gets_many(self, keys: Iterable[bytes]) -> dict[bytes, Item]:
+        found = self._cache.gets_many(keys)
+        self._heads += 1
+        if self._heads == 1:
+            self._builder.read(self._ref)
+        return found
+
+
+def test_a_list_built_between_the_waves_of_a_write_counts_as_written(
+    sqlite_store: SqliteEdgeStore, cache: MemcacheCluster, unique: str
+) -> None:
+    """A list's tokens larger than a shard go in waves. A list absent at the first wave and
+    built by a reader before the next gets the later waves' tokens: the write reports it
+    written, not skipped, or the graph applier would not read back the additions it appended
+    there (a stale addition in a generation built after a newer removal stays)."""
+    settings = ListSettings(namespace=unique, shard_bytes=256, compact_write_prob=0.0)
+    changes = [EdgeChange(f"f{i:03d}", "star", True, i + 1) for i in range(40)]
+    sqlite_store.apply(changes)
+    reader = TokenLists(ShardedLayout, cache, sqlite_store, settings)
+    racing = cast(Cache, _BuiltAfterFirstHeads(cache, reader, STAR))
+    writer = TokenLists(ShardedLayout, racing, sqlite_store, settings)
+    written = writer.apply({STAR: [Change(True, c.follower, c.pos) for c in changes]})
+    assert writer.stats.skipped_absent == 1 and writer.stats.appends >= 1
+    assert STAR not in written.skipped
+    assert reader.read(STAR) == {c.follower for c in changes}
 
 
 def test_every_cached_item_expires_and_a_divergent_list_heals(

@@ -143,7 +143,8 @@ class WriteRound:
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     """What a write did: how many lists it appended to (one per list per write, as
-    ``ListStats.appends``), and the lists it skipped because they were not in the cache."""
+    ``ListStats.appends``), and the lists it skipped because they were not in the cache (a
+    list that one wave of the write skipped and a later one appended to is not skipped)."""
 
     appended: int
     skipped: frozenset[ListRef]
@@ -431,6 +432,9 @@ class _Write:
         self._since = lists.cache.checkpoint()
         self._appends = lists.stats.appends
         self._skipped: set[ListRef] = set()
+        # Lists a round appended to: a list skipped in one wave (absent) may be built before
+        # the next and take that wave's tokens, and then it was written.
+        self._written: set[ListRef] = set()
 
     def settle(self, pending: list[Pending]) -> None:
         """Rounds until nothing is left to go round again (at most ``MAX_WRITE_ATTEMPTS``)."""
@@ -439,7 +443,10 @@ class _Write:
                 return
             if attempt:
                 self._lists.stats.retries += 1
-            pending = self._record(self._lists.layout.write_round(pending))
+            round_ = self._lists.layout.write_round(pending)
+            left = {item.ref for item in (*round_.again, *round_.skipped)}
+            self._written.update(item.ref for item in pending if item.ref not in left)
+            pending = self._record(round_)
         raise ListWriteError(f"could not append to {len(pending)} lists after retries")
 
     def settle_after(self, first: WriteRound) -> None:
@@ -452,6 +459,10 @@ class _Write:
         return round_.again
 
     def done(self) -> WriteResult:
+        """Every skip goes to ``missed`` (a wave skipped on an unanswered exchange missed its
+        tokens even if a later wave was appended); the result's skipped lists are those no
+        wave appended to."""
         lists = self._lists
         lists.cache.missed(lists.index_keys(list(self._skipped)), self._since)
-        return WriteResult(lists.stats.appends - self._appends, frozenset(self._skipped))
+        skipped = frozenset(self._skipped - self._written)
+        return WriteResult(lists.stats.appends - self._appends, skipped)
