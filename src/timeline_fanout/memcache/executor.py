@@ -19,13 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from timeline_fanout.memcache.pools import ServerPipe, ServerPools, cas_on
 from timeline_fanout.memcache.ring import MOVED, EpochState, Placement, ServerEpoch
 from timeline_fanout.memcache.router import Router
 from timeline_fanout.memcache.trust import ServerUse
 from timeline_fanout.memcache.wire import NOT_STORED, STORED, CacheUnavailable, KeysMoving
+from timeline_fanout.native_core import core
 
 __all__ = ["PIPELINE", "WINDOW", "Answered", "Executor", "Job"]
 
@@ -93,7 +94,23 @@ class Answered(NamedTuple):
     replies: Any
 
 
+T = TypeVar("T")
 _Queued = tuple[int, list[bytes], list[list[Any]]]  # a job's index, keys, columns
+
+
+def by_owner(owners: list[int], count: int, column: Sequence[T]) -> list[list[T]]:
+    """``column`` split by ``owners`` (each entry's server, an index into the placement's
+    ``nodes``) into ``count`` lists, each in the column's order; an entry owned by no index
+    (``MOVED``) goes to none. The native core makes one pass where the reference makes one per
+    server (a fan-out splits every follower's key)."""
+    if core is not None and (split := core.by_owner(owners, count, column)) is not None:
+        return split
+    return by_owner_reference(owners, count, column)
+
+
+def by_owner_reference(owners: list[int], count: int, column: Sequence[T]) -> list[list[T]]:
+    """``by_owner`` in Python, at C level per server."""
+    return [list(compress(column, map(eq, owners, repeat(at)))) for at in range(count)]
 
 
 class Executor:
@@ -143,10 +160,8 @@ class Executor:
                     made_up = made_up.replace(STORED, NOT_STORED)
                 done.append(Answered(index, self._nowhere, moving, made_up))
                 unwritten = unwritten or (job.absent is not None and not refuse_moving)
-            for at, node in enumerate(nodes):
-                mine = list(map(eq, owners, repeat(at)))
-                keys = list(compress(job.keys, mine))
-                cols = [list(compress(c, mine)) for c in job.columns]
+            split = [by_owner(owners, len(nodes), column) for column in (job.keys, *job.columns)]
+            for node, keys, *cols in zip(nodes, *split, strict=True):
                 queues[node].extend(
                     (index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(keys), PIPELINE)

@@ -15,8 +15,8 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from timeline_fanout.native_core import core
 from timeline_fanout.schemas import all_valid_ids, is_valid_id
-from timeline_fanout.schemas.native_core import core
 
 SEP = b"|"
 # Copies of the items every page reads (the deletion mark, the celebrity set): enough that
@@ -81,7 +81,7 @@ class KeySpace:
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
         """``{ns}|{code}|{user}`` for every user: by the native core where it runs
-        (schemas/native_core.py); by ``user_keys_reference`` where it does not, and for a
+        (timeline_fanout/native_core.py); by ``user_keys_reference`` where it does not, and for a
         batch the core does not name itself (an invalid id: the reference's error)."""
         if core is not None:
             keys = core.user_keys(f"{self.namespace}|{code}|", users)

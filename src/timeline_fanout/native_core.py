@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 ENV = "FANOUT_NATIVE"
+T = TypeVar("T")
 
 
 class NativeCore(Protocol):
@@ -47,6 +48,22 @@ class NativeCore(Protocol):
     def read_fanout_task(
         self, payload: bytes, /
     ) -> tuple[str, int, str, str, int, int, list[str]] | None: ...
+
+    def take_values(
+        self,
+        buf: bytes,
+        pos: int,
+        count: int,
+        found: list[Any],
+        writable: bool,
+        stamp: bytes,
+        item: type[tuple[Any, ...]],
+        /,
+    ) -> tuple[int, int]: ...
+
+    def by_owner(
+        self, owners: list[int], count: int, column: Sequence[T], /
+    ) -> list[list[T]] | None: ...
 
 
 def _load() -> NativeCore | None:
