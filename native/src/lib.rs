@@ -239,6 +239,33 @@ fn take_values<'py>(
     Ok((at as i64, 0))
 }
 
+/// `ring.winners`: each key's owner as an index into the sorted nodes whose `{node}-`
+/// prefixes are given; `None` unless there are nodes and the keys are an exact list of exact
+/// `bytes` (the reference places anything else, or refuses it).
+#[pyfunction]
+fn winners<'py>(
+    py: Python<'py>,
+    prefixes: Vec<Vec<u8>>,
+    keys: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let Ok(keys) = keys.cast_exact::<PyList>() else {
+        return Ok(None);
+    };
+    if prefixes.is_empty() {
+        return Ok(None);
+    }
+    let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+    let mut owners = Vec::with_capacity(keys.len());
+    let mut scratch = Vec::with_capacity(64);
+    for key in keys.iter() {
+        let Ok(key) = key.cast_exact::<PyBytes>() else {
+            return Ok(None);
+        };
+        owners.push(meta::winner(&prefixes, key.as_bytes(), &mut scratch));
+    }
+    PyList::new(py, owners).map(Some)
+}
+
 /// `executor.by_owner`: `column` split by `owners` (each entry's server, as an index) into
 /// `count` lists, each in the column's order; an entry whose owner is no index below `count`
 /// (`ring.MOVED`) goes to none. `None` unless both are exact lists and every owner an exact
@@ -282,5 +309,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_fanout_task, m)?)?;
     m.add_function(wrap_pyfunction!(take_values, m)?)?;
     m.add_function(wrap_pyfunction!(by_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(winners, m)?)?;
     Ok(())
 }

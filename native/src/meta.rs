@@ -1,8 +1,67 @@
-//! The memcached client's per-key passes of timeline_fanout/memcache/: the meta get replies of
-//! `wire.take_values` and the split of a batch by server of `executor.by_owner`. A reply is
+//! The memcached client's per-key passes of timeline_fanout/memcache/: the rendezvous placement
+//! of `ring.winners`, the meta get replies of `wire.take_values` (the split of a batch by
+//! server, `executor.by_owner`, is in lib.rs: it handles Python objects only). A reply is
 //! decided here only in the form memcached writes (`EN`, or `VA <len> c<cas> t<ttl>` with a
 //! plain length and time to live); anything else is left to the reference, which takes it or
 //! raises its own error from the same position.
+
+/// MurmurHash3's x86 32-bit hash with seed 0 (`mmh3.mmh3_32_uintdigest`), which places keys.
+pub fn murmur3_32(data: &[u8]) -> u32 {
+    const C1: u32 = 0xcc9e_2d51;
+    const C2: u32 = 0x1b87_3593;
+    let mix = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
+    let mut h: u32 = 0;
+    let mut blocks = data.chunks_exact(4);
+    for block in &mut blocks {
+        h ^= mix(u32::from_le_bytes([block[0], block[1], block[2], block[3]]));
+        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+    }
+    let tail = blocks.remainder();
+    if !tail.is_empty() {
+        h ^= mix(tail
+            .iter()
+            .rev()
+            .fold(0, |k, byte| (k << 8) | u32::from(*byte)));
+    }
+    h ^= data.len() as u32;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+/// `ring.family`: a key's first three `|`-separated parts if it has two `|` or more, else its
+/// part before the first `|` (the whole key if none).
+pub fn family(key: &[u8]) -> &[u8] {
+    let mut bars = key
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'|')
+        .map(|(at, _)| at);
+    match (bars.next(), bars.next(), bars.next()) {
+        (Some(_), Some(_), Some(third)) => &key[..third],
+        (Some(first), None, _) => &key[..first],
+        _ => key,
+    }
+}
+
+/// The index of a key's owner among `prefixes` (each node's `{node}-`, the nodes sorted): the
+/// greatest hash of prefix and family, a tie to the later node. `scratch` is reused.
+pub fn winner(prefixes: &[&[u8]], key: &[u8], scratch: &mut Vec<u8>) -> usize {
+    let family = family(key);
+    let mut best = (0, 0);
+    for (rank, prefix) in prefixes.iter().enumerate() {
+        scratch.clear();
+        scratch.extend_from_slice(prefix);
+        scratch.extend_from_slice(family);
+        let score = murmur3_32(scratch);
+        if rank == 0 || score >= best.0 {
+            best = (score, rank);
+        }
+    }
+    best.1
+}
 
 /// Python's `bytes.split()` separators.
 fn bytes_space(b: u8) -> bool {
@@ -112,6 +171,20 @@ mod tests {
             Step::Taken(_, next) => Some(next),
             _ => None,
         }
+    }
+
+    #[test]
+    fn murmur3_is_mmh3s() {
+        assert_eq!(murmur3_32(b"abc"), 3_017_643_002);
+        assert_eq!(murmur3_32(b""), 0);
+    }
+
+    #[test]
+    fn families_are_the_first_three_parts() {
+        assert_eq!(family(b"a|b|c|d"), b"a|b|c");
+        assert_eq!(family(b"a|b|c"), b"a|b|c");
+        assert_eq!(family(b"a|b"), b"a");
+        assert_eq!(family(b"ab"), b"ab");
     }
 
     #[test]

@@ -1,9 +1,10 @@
 """The native meta protocol passes have the reference's meaning: for any reply stream, in
 memcached's form, cut anywhere or corrupt, ``take_values`` (the native core, handing back what
 it does not decide) takes the same items, stops at the same position asking for the same bytes,
-or raises the same error as ``take_values_reference``; ``by_owner`` splits any batch as
-``by_owner_reference`` does. Each also checks that the core decides what memcached writes, and
-every batch a placement splits, itself."""
+or raises the same error as ``take_values_reference``; ``winners`` places any batch of keys as
+``winners_reference`` places their families, and ``by_owner`` splits any batch as
+``by_owner_reference`` does. Each also checks that the core decides what memcached writes, every
+batch of keys and every batch a placement splits, itself."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timeline_fanout.memcache.executor import by_owner, by_owner_reference
-from timeline_fanout.memcache.ring import MOVED
+from timeline_fanout.memcache.ring import MOVED, families, winners, winners_reference
 from timeline_fanout.memcache.wire import Item, take_values, take_values_reference
 from timeline_fanout.native_core import core
 
@@ -133,3 +134,46 @@ def test_the_core_splits_every_placed_batch(batch: tuple[int, list[int]]) -> Non
     column = [b"k%d" % i for i in range(len(owned))]
     assert core is not None
     assert core.by_owner(owned, count, column) == by_owner_reference(owned, count, column)
+
+
+rings = st.lists(
+    st.sampled_from(["127.0.0.1:11211", "127.0.0.1:11212", "10.0.0.3:1", "m4:11211", "x"]),
+    min_size=1,
+    max_size=4,
+    unique=True,
+).map(sorted)
+placed_keys = st.lists(
+    st.lists(st.sampled_from([b"|", b"tf", b"tl", b"f1", b"\xff", b"\x00", b"-"]), max_size=9).map(
+        b"".join
+    ),
+    max_size=20,
+)
+
+
+def placed(ring: list[str], keys: object) -> tuple[str, object]:
+    try:
+        return ("owners", winners(ring, keys))  # type: ignore[arg-type]
+    except TypeError as exc:
+        return ("error", str(exc))
+
+
+def placed_reference(ring: list[str], keys: object) -> tuple[str, object]:
+    try:
+        return ("owners", winners_reference(ring, families(keys)))  # type: ignore[arg-type]
+    except TypeError as exc:
+        return ("error", str(exc))
+
+
+@given(
+    rings,
+    placed_keys | placed_keys.map(tuple) | placed_keys.map(lambda keys: [*keys, "tf|tl|f1"]),
+)
+def test_native_winners_match_the_reference_for_any_keys(ring: list[str], keys: object) -> None:
+    assert placed(ring, keys) == placed_reference(ring, keys)
+
+
+@given(rings, placed_keys)
+def test_the_core_places_every_batch_of_keys(ring: list[str], keys: list[bytes]) -> None:
+    assert core is not None
+    prefixes = [node.encode("ascii") + b"-" for node in ring]
+    assert core.winners(prefixes, keys) == winners_reference(ring, families(keys))

@@ -53,6 +53,8 @@ from typing import Protocol
 
 import mmh3
 
+from timeline_fanout.native_core import core
+
 __all__ = [
     "MOVED",
     "EpochState",
@@ -64,6 +66,8 @@ __all__ = [
     "ServerEpoch",
     "families",
     "family",
+    "winners",
+    "winners_reference",
 ]
 
 # Swaps of one change refused before ``RingView.update`` gives up: each refusal is another
@@ -237,7 +241,9 @@ class Placement:
     ``MOVED``). ``renamed``: the keys placed so far whose name differs from the key. Both
     remembered per key: a fan-out places the same followers' timeline keys for every post of
     their followees, and a lookup (C level, a dict's ``get`` mapped over the keys) costs a
-    tenth of placing a key again."""
+    tenth of placing a key again in Python. The native core places a key in less than that
+    lookup (``winners``), so with it a record of one version, which names no key, remembers
+    nothing and places every batch afresh."""
 
     def __init__(self, record: RingRecord, remembered: int = PLACEMENTS_REMEMBERED) -> None:
         self.record = record
@@ -248,6 +254,7 @@ class Placement:
         self.nodes = sorted({node for ring in used for node in ring})
         self._index = {node: i for i, node in enumerate(self.nodes)}
         self._remembered = remembered
+        self._afresh = core is not None and len(record.rings) == 1
         self._placed: dict[bytes, int] = {}
         self.renamed: dict[bytes, bytes] = {}
         # Placing past the bound forgets every name at once, and a placement is shared by the
@@ -258,6 +265,8 @@ class Placement:
 
     def owners(self, keys: Sequence[bytes]) -> list[int]:
         """The index in ``nodes`` of each key's server, or ``MOVED``."""
+        if self._afresh:
+            return winners(self.nodes, keys)
         placed = self._placed
         found = list(map(placed.get, keys))
         if None not in found:
@@ -306,20 +315,19 @@ class Placement:
         """Owners at C level, one pass per version (a fan-out places every follower's
         timeline key): each version's owner of each family, then per key the run of versions
         its current owner has held it for, which names it."""
-        by = families(keys)
         if len(self.record.rings) == 1:  # one version: no history to walk, no names to mark
-            return _winners(self.nodes, by)
+            return winners(self.nodes, keys)
         record = self.record
-        now = _owned(record.servers, by)
+        now = _owned(record.servers, keys)
         owners = list(map(self._index.__getitem__, now))
         if record.moving:  # owned elsewhere by the previous version: moving
-            before = _owned(record.rings[-2], by)
+            before = _owned(record.rings[-2], keys)
             owners = [MOVED if a != b else o for a, b, o in zip(before, now, owners, strict=True)]
         # Per key, the first version of the run: walk back while each older version agrees.
         start = [len(self._history) - 1] * len(keys)
         same = [True] * len(keys)
         for version in range(len(self._history) - 2, -1, -1):
-            older = _owned(self._history[version], by)
+            older = _owned(self._history[version], keys)
             same = list(map(and_, same, map(eq, older, now)))
             if not any(same):
                 break
@@ -333,12 +341,23 @@ class Placement:
         return owners
 
 
-def _owned(ring: Sequence[str], families: list[bytes]) -> list[str]:
-    """Each family's owner in ``ring``, by name."""
-    return list(map(ring.__getitem__, _winners(ring, families)))
+def _owned(ring: Sequence[str], keys: Sequence[bytes]) -> list[str]:
+    """Each key's owner in ``ring``, by name."""
+    return list(map(ring.__getitem__, winners(ring, keys)))
 
 
-def _winners(ring: Sequence[str], families: list[bytes]) -> list[int]:
+def winners(ring: Sequence[str], keys: Sequence[bytes]) -> list[int]:
+    """Each key's owner in ``ring`` (sorted), as its index there: its family's. The native
+    core hashes each key's family in one pass over the batch (a cold fan-out places a million
+    keys), a batch that is no list of ``bytes`` is the reference's."""
+    if core is not None:
+        prefixes = [node.encode("ascii") + b"-" for node in ring]
+        if (found := core.winners(prefixes, keys)) is not None:
+            return found
+    return winners_reference(ring, families(keys))
+
+
+def winners_reference(ring: Sequence[str], families: list[bytes]) -> list[int]:
     """Each family's owner in ``ring`` (sorted), as its index there, for a whole batch at C
     level: ``score * count + rank``, so the max is the winner, a tie to the higher rank."""
     count = len(ring)
