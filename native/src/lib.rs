@@ -219,7 +219,14 @@ fn take_values<'py>(
                 found.append(py.None())?;
                 next
             }
-            meta::Step::Taken(meta::Reply::Hit { value, cas: id, ttl }, next) => {
+            meta::Step::Taken(
+                meta::Reply::Hit {
+                    value,
+                    cas: id,
+                    ttl,
+                },
+                next,
+            ) => {
                 cas.clear();
                 if ttl.is_some() {
                     cas.extend_from_slice(id);
@@ -288,7 +295,10 @@ fn by_owner<'py>(
         let Ok(owner) = owner.cast_exact::<PyInt>() else {
             return Ok(None);
         };
-        let at = owner.extract::<i64>().ok().and_then(|at| usize::try_from(at).ok());
+        let at = owner
+            .extract::<i64>()
+            .ok()
+            .and_then(|at| usize::try_from(at).ok());
         if let Some(mine) = at.and_then(|at| split.get_mut(at)) {
             mine.push(entry);
         }

@@ -196,14 +196,21 @@ mod tests {
 
     #[test]
     fn odd_forms_go_to_the_reference() {
-        for line in [&b"VA 2 c7 t+1\r\nab\r\n"[..], b"VA 2 c7\r\nab\r\n", b"XX\r\n"] {
+        for line in [
+            &b"VA 2 c7 t+1\r\nab\r\n"[..],
+            b"VA 2 c7\r\nab\r\n",
+            b"XX\r\n",
+        ] {
             assert!(matches!(next_reply(line, 0, true), Step::Reference));
         }
     }
 
     #[test]
     fn a_cut_reply_asks_for_the_rest() {
-        assert!(matches!(next_reply(b"VA 5 c1 t1\r\nab", 0, true), Step::Need(19)));
+        assert!(matches!(
+            next_reply(b"VA 5 c1 t1\r\nab", 0, true),
+            Step::Need(19)
+        ));
         assert!(matches!(next_reply(b"VA 5", 0, true), Step::Need(5)));
     }
 }
