@@ -27,13 +27,13 @@ from timeline_fanout.graph.lists.tokens import (
     split_tokens,
 )
 from timeline_fanout.graph.model.keys import KeySpace, ListKind
+from timeline_fanout.native_core import core
 from timeline_fanout.schemas import FanoutTask, decode_event, encode_event
 from timeline_fanout.schemas.codec import (
     decode_event_reference,
     encode_event_reference,
     fanout_task,
 )
-from timeline_fanout.schemas.native_core import core
 
 SIZES = [1_000_000]
 QUICK = [20_000]

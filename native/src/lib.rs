@@ -8,10 +8,14 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyFrozenSet, PyInt, PyList, PyString};
+use pyo3::types::{PyBytes, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
 
+mod meta;
 mod tasks;
 mod tokens;
+
+/// `wire.NOT_READ`: the time to live of an item read without it.
+const NOT_READ: i64 = -2;
 
 /// `tokens.decode` of the shards joined by a space: `(members, tokens)`, or `None` where the
 /// reference must decide (see the module's doc). A `ValueError` carries the reference's message
@@ -179,6 +183,160 @@ fn read_fanout_task<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Option<Tas
     )))
 }
 
+/// `wire.take_values`: the meta get replies at `buf[pos..]` onto `found` (an `item`, a tuple
+/// subclass, per hit; `None` per miss) until it holds `count`, answering `(pos, need)` as the
+/// reference does. `need` is -1 where the reply at `pos` is not in memcached's own form, or
+/// `buf` is no exact `bytes`, `found` no exact `list` or `pos` outside `buf`: the reference
+/// takes it from there, or raises its own error.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn take_values<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    pos: i64,
+    count: i64,
+    found: &Bound<'py, PyAny>,
+    writable: &Bound<'py, PyAny>,
+    stamp: &[u8],
+    item: &Bound<'py, PyType>,
+) -> PyResult<(i64, i64)> {
+    let (Ok(buf), Ok(found)) = (buf.cast_exact::<PyBytes>(), found.cast_exact::<PyList>()) else {
+        return Ok((pos, -1));
+    };
+    let data = buf.as_bytes();
+    let Some(mut at) = usize::try_from(pos).ok().filter(|at| *at <= data.len()) else {
+        return Ok((pos, -1));
+    };
+    let writable = writable.is_truthy()?;
+    // `tuple.__new__(item, fields)`: the reference's C-level construction of a named tuple.
+    let new = py.get_type::<PyTuple>().getattr("__new__")?;
+    let mut cas = Vec::new();
+    while (found.len() as i64) < count {
+        let next = match meta::next_reply(data, at, writable) {
+            meta::Step::Reference => return Ok((at as i64, -1)),
+            meta::Step::Need(need) => return Ok((at as i64, need as i64)),
+            meta::Step::Taken(meta::Reply::Miss, next) => {
+                found.append(py.None())?;
+                next
+            }
+            meta::Step::Taken(
+                meta::Reply::Hit {
+                    value,
+                    cas: id,
+                    ttl,
+                },
+                next,
+            ) => {
+                cas.clear();
+                if ttl.is_some() {
+                    cas.extend_from_slice(id);
+                    cas.extend_from_slice(stamp);
+                }
+                let fields = (
+                    PyBytes::new(py, value),
+                    PyBytes::new(py, &cas),
+                    ttl.unwrap_or(NOT_READ),
+                );
+                found.append(new.call1((item, fields))?)?;
+                next
+            }
+        };
+        at = next;
+    }
+    Ok((at as i64, 0))
+}
+
+/// `KeySpace.families`: the key each key is placed by, the key itself where it is its own
+/// family (no copy); `None` unless the keys are an exact list of exact `bytes` (the
+/// reference answers anything else).
+#[pyfunction]
+fn families<'py>(
+    py: Python<'py>,
+    keys: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let Ok(keys) = keys.cast_exact::<PyList>() else {
+        return Ok(None);
+    };
+    let mut found: Vec<Bound<'py, PyAny>> = Vec::with_capacity(keys.len());
+    for key in keys.iter() {
+        let Ok(bytes) = key.cast_exact::<PyBytes>() else {
+            return Ok(None);
+        };
+        let whole = bytes.as_bytes();
+        let family = meta::family(whole);
+        if family.len() == whole.len() {
+            found.push(key.clone());
+        } else {
+            found.push(PyBytes::new(py, family).into_any());
+        }
+    }
+    PyList::new(py, found).map(Some)
+}
+
+/// `ring.winners`: each family's owner as an index into the sorted nodes whose `{node}-`
+/// prefixes are given; `None` unless there are nodes and the families are an exact list of
+/// exact `bytes` (the reference places anything else, or refuses it).
+#[pyfunction]
+fn winners<'py>(
+    py: Python<'py>,
+    prefixes: Vec<Vec<u8>>,
+    keys: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let Ok(keys) = keys.cast_exact::<PyList>() else {
+        return Ok(None);
+    };
+    if prefixes.is_empty() {
+        return Ok(None);
+    }
+    let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+    let mut owners = Vec::with_capacity(keys.len());
+    let mut scratch = Vec::with_capacity(64);
+    for key in keys.iter() {
+        let Ok(key) = key.cast_exact::<PyBytes>() else {
+            return Ok(None);
+        };
+        owners.push(meta::winner(&prefixes, key.as_bytes(), &mut scratch));
+    }
+    PyList::new(py, owners).map(Some)
+}
+
+/// `executor.by_owner`: `column` split by `owners` (each entry's server, as an index) into
+/// `count` lists, each in the column's order; an entry whose owner is no index below `count`
+/// (`ring.MOVED`) goes to none. `None` unless both are exact lists and every owner an exact
+/// `int`: the reference splits anything else.
+#[pyfunction]
+fn by_owner<'py>(
+    py: Python<'py>,
+    owners: &Bound<'py, PyAny>,
+    count: usize,
+    column: &Bound<'py, PyAny>,
+) -> PyResult<Option<Vec<Bound<'py, PyList>>>> {
+    let (Ok(owners), Ok(column)) = (owners.cast_exact::<PyList>(), column.cast_exact::<PyList>())
+    else {
+        return Ok(None);
+    };
+    let each = owners.len() / count.max(1) + 1;
+    let mut split: Vec<Vec<Bound<'py, PyAny>>> =
+        (0..count).map(|_| Vec::with_capacity(each)).collect();
+    for (owner, entry) in owners.iter().zip(column.iter()) {
+        let Ok(owner) = owner.cast_exact::<PyInt>() else {
+            return Ok(None);
+        };
+        let at = owner
+            .extract::<i64>()
+            .ok()
+            .and_then(|at| usize::try_from(at).ok());
+        if let Some(mine) = at.and_then(|at| split.get_mut(at)) {
+            mine.push(entry);
+        }
+    }
+    split
+        .into_iter()
+        .map(|entries| PyList::new(py, entries))
+        .collect::<PyResult<Vec<_>>>()
+        .map(Some)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_list, m)?)?;
@@ -186,5 +344,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(valid_fanout_task, m)?)?;
     m.add_function(wrap_pyfunction!(write_fanout_task, m)?)?;
     m.add_function(wrap_pyfunction!(read_fanout_task, m)?)?;
+    m.add_function(wrap_pyfunction!(take_values, m)?)?;
+    m.add_function(wrap_pyfunction!(by_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(winners, m)?)?;
+    m.add_function(wrap_pyfunction!(families, m)?)?;
     Ok(())
 }

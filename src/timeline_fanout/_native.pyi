@@ -1,4 +1,7 @@
 from collections.abc import Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 def decode_list(chunks: list[bytes], /) -> tuple[frozenset[str], int] | None: ...
 def user_keys(prefix: str, users: Sequence[str], /) -> list[bytes] | None: ...
@@ -19,3 +22,16 @@ def write_fanout_task(
 def read_fanout_task(
     payload: bytes, /
 ) -> tuple[str, int, str, str, int, int, list[str]] | None: ...
+def take_values(
+    buf: bytes,
+    pos: int,
+    count: int,
+    found: list[Any],
+    writable: bool,
+    stamp: bytes,
+    item: type[tuple[Any, ...]],
+    /,
+) -> tuple[int, int]: ...
+def by_owner(owners: list[int], count: int, column: Sequence[T], /) -> list[list[T]] | None: ...
+def winners(prefixes: list[bytes], families: Sequence[bytes], /) -> list[int] | None: ...
+def families(keys: Sequence[bytes], /) -> list[bytes] | None: ...

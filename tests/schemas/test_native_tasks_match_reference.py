@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from timeline_fanout.native_core import core
 from timeline_fanout.schemas import EventDecodeError, FanoutTask, decode_event, encode_event
 from timeline_fanout.schemas.codec import (
     decode_event_reference,
     encode_event_reference,
     fanout_task,
 )
-from timeline_fanout.schemas.native_core import core
 
 pytestmark = pytest.mark.skipif(
     core is None, reason="the native core is not built here, or FANOUT_NATIVE=0"

@@ -394,7 +394,7 @@ class AsyncMemcache:
                 suffix,
                 lease.placement,
             )
-            for node, _, mine in split.routes
+            for node, mine, _ in split.routes
             if (suffix := uses[node].suffix) is not None
         )
         if remember and len(keys) <= REMEMBERED_PLAN_KEYS // 64:

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress
 from typing import Any, NamedTuple
 
 from timeline_fanout.memcache.pools import ServerPipe, ServerPools, cas_on
@@ -132,7 +131,11 @@ class Executor:
         names: dict[bytes, bytes] = {}  # the keys sent under another name (memcache/ring.py)
         unwritten = False  # a write to a key moving between servers was not sent
         for index, job in enumerate(jobs):
-            split = router.split(placement, job.keys) if placement else Split([], [*job.keys], {})
+            split = (
+                router.split(placement, job.keys, job.columns)
+                if placement
+                else Split([], [*job.keys], {})
+            )
             names.update(split.names)
             if split.moving:  # answered as no server: it holds nothing, keeps nothing
                 router.moving()
@@ -141,8 +144,7 @@ class Executor:
                     made_up = NOT_STORED * len(split.moving)
                 done.append(Answered(index, self._nowhere, split.moving, made_up))
                 unwritten = unwritten or (job.absent is not None and not best_effort)
-            for node, mask, keys in split.routes:
-                cols = [list(compress(c, mask)) for c in job.columns]
+            for node, keys, cols in split.routes:
                 queues[node].extend(
                     (index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(keys), PIPELINE)

@@ -54,6 +54,8 @@ from typing import Protocol
 
 import mmh3
 
+from timeline_fanout.native_core import core
+
 __all__ = [
     "MOVED",
     "EpochState",
@@ -65,6 +67,8 @@ __all__ = [
     "RingView",
     "ServerEpoch",
     "whole_keys",
+    "winners",
+    "winners_reference",
 ]
 
 # Swaps of one change refused before ``RingView.update`` gives up: each refusal is another
@@ -242,7 +246,9 @@ class Placement:
     ``MOVED``). ``renamed``: the keys placed so far whose name differs from the key. Both
     remembered per key: a fan-out places the same followers' timeline keys for every post of
     their followees, and a lookup (C level, a dict's ``get`` mapped over the keys) costs a
-    tenth of placing a key again."""
+    tenth of placing a key again in Python. The native core places a key in less than that
+    lookup (``winners``), so with it a record of one version, which names no key, remembers
+    nothing and places every batch afresh."""
 
     def __init__(
         self,
@@ -259,6 +265,7 @@ class Placement:
         self.nodes = sorted({node for ring in used for node in ring})
         self._index = {node: i for i, node in enumerate(self.nodes)}
         self._remembered = remembered
+        self._afresh = core is not None and len(record.rings) == 1
         self._placed: dict[bytes, int] = {}
         self.renamed: dict[bytes, bytes] = {}
         # Placing past the bound forgets every name at once, and a placement is shared by the
@@ -269,6 +276,8 @@ class Placement:
 
     def owners(self, keys: Sequence[bytes]) -> list[int]:
         """The index in ``nodes`` of each key's server, or ``MOVED``."""
+        if self._afresh:
+            return winners(self.nodes, self.families(keys))
         placed = self._placed
         found = list(map(placed.get, keys))
         if None not in found:
@@ -319,7 +328,7 @@ class Placement:
         its current owner has held it for, which names it."""
         by = self.families(keys)
         if len(self.record.rings) == 1:  # one version: no history to walk, no names to mark
-            return _winners(self.nodes, by)
+            return winners(self.nodes, by)
         record = self.record
         now = _owned(record.servers, by)
         owners = list(map(self._index.__getitem__, now))
@@ -346,10 +355,21 @@ class Placement:
 
 def _owned(ring: Sequence[str], families: list[bytes]) -> list[str]:
     """Each family's owner in ``ring``, by name."""
-    return list(map(ring.__getitem__, _winners(ring, families)))
+    return list(map(ring.__getitem__, winners(ring, families)))
 
 
-def _winners(ring: Sequence[str], families: list[bytes]) -> list[int]:
+def winners(ring: Sequence[str], families: list[bytes]) -> list[int]:
+    """Each family's owner in ``ring`` (sorted), as its index there. The native core hashes
+    the batch in one pass (a cold fan-out places a million keys); a batch that is no list of
+    ``bytes`` is the reference's."""
+    if core is not None:
+        prefixes = [node.encode("ascii") + b"-" for node in ring]
+        if (found := core.winners(prefixes, families)) is not None:
+            return found
+    return winners_reference(ring, families)
+
+
+def winners_reference(ring: Sequence[str], families: list[bytes]) -> list[int]:
     """Each family's owner in ``ring`` (sorted), as its index there, for a whole batch at C
     level: ``score * count + rank``, so the max is the winner, a tie to the higher rank."""
     count = len(ring)

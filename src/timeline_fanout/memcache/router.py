@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, repeat
 from operator import eq
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from timeline_fanout.memcache.ring import (
     MOVED,
@@ -42,8 +42,11 @@ from timeline_fanout.memcache.ring import (
 )
 from timeline_fanout.memcache.trust import ServerTrust, ServerUse
 from timeline_fanout.memcache.wire import CacheUnavailable, KeysMoving
+from timeline_fanout.native_core import core
 
-__all__ = ["Lease", "Route", "Router", "Split", "sent"]
+__all__ = ["Lease", "Route", "Router", "Split", "by_owner", "by_owner_reference", "sent"]
+
+T = TypeVar("T")
 
 
 class Lease(NamedTuple):
@@ -54,12 +57,12 @@ class Lease(NamedTuple):
 
 
 class Route(NamedTuple):
-    """One server's share of a batch of keys: ``mask`` says, per key asked, whether it goes
-    there (to split aligned columns alike), ``keys`` are those keys as asked."""
+    """One server's share of a batch of keys: those keys as asked, and the entries of each
+    column aligned with the keys that go with them."""
 
     node: str
-    mask: list[bool]
     keys: list[bytes]
+    columns: list[list[Any]]
 
 
 class Split(NamedTuple):
@@ -70,6 +73,21 @@ class Split(NamedTuple):
     routes: list[Route]
     moving: list[bytes]
     names: dict[bytes, bytes]
+
+
+def by_owner(owners: list[int], count: int, column: Sequence[T]) -> list[list[T]]:
+    """``column`` split by ``owners`` (each entry's server, an index into the placement's
+    ``nodes``) into ``count`` lists, each in the column's order; an entry owned by no index
+    (``MOVED``) goes to none. The native core makes one pass where the reference makes one per
+    server (a fan-out splits every follower's key)."""
+    if core is not None and (split := core.by_owner(owners, count, column)) is not None:
+        return split
+    return by_owner_reference(owners, count, column)
+
+
+def by_owner_reference(owners: list[int], count: int, column: Sequence[T]) -> list[list[T]]:
+    """``by_owner`` in Python, at C level per server."""
+    return [list(compress(column, map(eq, owners, repeat(at)))) for at in range(count)]
 
 
 def sent(keys: list[bytes], names: Mapping[bytes, bytes], suffix: bytes = b"") -> list[bytes]:
@@ -162,17 +180,26 @@ class Router:
         placement, record = view.current(), view.leased()
         return None if placement is None or record is None else Lease(placement, record)
 
-    def split(self, placement: Placement, keys: Sequence[bytes]) -> Split:
-        """``keys`` placed: each server's share, the keys moving, the keys renamed."""
+    def split(
+        self,
+        placement: Placement,
+        keys: Sequence[bytes],
+        columns: Sequence[Sequence[Any]] = (),
+    ) -> Split:
+        """``keys`` placed: each server's share (with the entries of ``columns``, aligned
+        with the keys, that go with them), the keys moving, the keys renamed."""
         owners = placement.owners(keys)  # before ``names``: a key is named when placed
         names = placement.names(keys)
         moving = (
             [k for k, o in zip(keys, owners, strict=True) if o == MOVED] if MOVED in owners else []
         )
-        routes = []
-        for at in sorted(set(owners) - {MOVED}):
-            mask = list(map(eq, owners, repeat(at)))
-            routes.append(Route(placement.nodes[at], mask, list(compress(keys, mask))))
+        count = len(placement.nodes)
+        shares = [by_owner(owners, count, column) for column in (keys, *columns)]
+        routes = [
+            Route(node, mine, list(rest))
+            for node, mine, *rest in zip(placement.nodes, *shares, strict=True)
+            if mine
+        ]
         return Split(routes, moving, names)
 
     def record(self) -> RingRecord | None:

@@ -1,5 +1,5 @@
-"""Event types, validation and wire encoding, and the native core's loader (``native_core``),
-which the codec and the graph's hot paths call. Imports nothing else of this project."""
+"""Event types, validation and wire encoding. Imports nothing else of this project but the
+native core's loader (timeline_fanout/native_core.py), which the codec calls."""
 
 from timeline_fanout.schemas.codec import (
     AnyEvent,

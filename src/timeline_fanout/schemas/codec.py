@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from timeline_fanout.native_core import core
 from timeline_fanout.schemas.events import (
     SCHEMA_VERSION,
     Event,
@@ -29,7 +30,6 @@ from timeline_fanout.schemas.events import (
     UserRemoved,
 )
 from timeline_fanout.schemas.ids import ID_PATTERN, ID_RULE
-from timeline_fanout.schemas.native_core import core
 
 AnyEvent = Follow | Unfollow | Post | PostDeleted | UserRemoved | FanoutTask
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(Event)
@@ -108,8 +108,9 @@ def _surrogate_hint(error: EventDecodeError) -> EventDecodeError:
 
 def decode_event(payload: bytes | str | None) -> AnyEvent:
     """Parse one wire message; raises ``EventDecodeError`` and nothing else. A chunk task in
-    the publisher's own form is read by the native core where it runs (schemas/native_core.py);
-    every other payload, and every refusal, is ``decode_event_reference``'s."""
+    the publisher's own form is read by the native core where it runs
+    (timeline_fanout/native_core.py); every other payload, and every refusal, is
+    ``decode_event_reference``'s."""
     if core is not None and isinstance(payload, bytes) and len(payload) <= MAX_MESSAGE_BYTES:
         fields = core.read_fanout_task(payload)
         if fields is not None:

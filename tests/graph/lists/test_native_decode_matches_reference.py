@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timeline_fanout.graph.lists.tokens import CorruptList, DecodedList, decode, decode_reference
-from timeline_fanout.schemas.native_core import core
+from timeline_fanout.native_core import core
 
 pytestmark = pytest.mark.skipif(
     core is None, reason="the native core is not built here, or FANOUT_NATIVE=0"

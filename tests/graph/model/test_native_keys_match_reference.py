@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timeline_fanout.graph.model.keys import KeySpace, ListKind
-from timeline_fanout.schemas.native_core import core
+from timeline_fanout.native_core import core
 
 pytestmark = pytest.mark.skipif(
     core is None, reason="the native core is not built here, or FANOUT_NATIVE=0"

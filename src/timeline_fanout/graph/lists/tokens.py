@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from timeline_fanout.schemas.native_core import core
+from timeline_fanout.native_core import core
 
 PLUS = 0x2B
 MINUS = 0x2D
@@ -125,8 +125,9 @@ class DecodedList:
 
 def decode(chunks: Iterable[bytes]) -> DecodedList:
     """The members of a list from its shards, in order (the hot path of every list read): by the
-    native core where it runs (schemas/native_core.py), which hands back to ``decode_reference``
-    any list it does not decide itself, so results and errors are the reference's."""
+    native core where it runs (timeline_fanout/native_core.py), which hands back to
+    ``decode_reference`` any list it does not decide itself, so results and errors are the
+    reference's."""
     if core is None:
         return decode_reference(chunks)
     shards = chunks if isinstance(chunks, list) else list(chunks)

@@ -15,8 +15,8 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from timeline_fanout.native_core import core
 from timeline_fanout.schemas import all_valid_ids, is_valid_id
-from timeline_fanout.schemas.native_core import core
 
 SEP = b"|"
 # Copies of the items every page reads (the deletion mark, the celebrity set): enough that
@@ -63,7 +63,14 @@ class KeySpace:
         named after a user, are on one server and move together. A key with one separator is
         placed by its first part, and one with none by itself. Every process must place every
         key alike, so this stays as keys have always been placed. At C level: a cold fan-out
-        places a million keys."""
+        places a million keys, and by the native core where it runs (a key that is its own
+        family comes back as itself)."""
+        if core is not None and (found := core.families(keys)) is not None:
+            return found
+        return KeySpace.families_reference(keys)
+
+    @staticmethod
+    def families_reference(keys: Sequence[bytes]) -> list[bytes]:
         return list(map(re.Match.group, map(_FAMILY.match, keys)))  # type: ignore[arg-type]
 
     def __init__(self, namespace: str) -> None:
@@ -95,7 +102,7 @@ class KeySpace:
 
     def _user_keys(self, code: str, users: Sequence[str]) -> list[bytes]:
         """``{ns}|{code}|{user}`` for every user: by the native core where it runs
-        (schemas/native_core.py); by ``user_keys_reference`` where it does not, and for a
+        (timeline_fanout/native_core.py); by ``user_keys_reference`` where it does not, and for a
         batch the core does not name itself (an invalid id: the reference's error)."""
         if core is not None:
             keys = core.user_keys(f"{self.namespace}|{code}|", users)

@@ -1,11 +1,14 @@
 """Which implementation of the per-member hot paths runs: the native core (``_native``, built
 from native/ in Rust with PyO3 when the package is installed) or the Python reference beside
 each caller (graph/lists/tokens.py's list decode, graph/model/keys.py's key naming,
-schemas/codec.py's chunk tasks). It imports nothing of ours, so that every layer may use it.
+schemas/codec.py's chunk tasks, memcache/ring.py's placement, memcache/executor.py's split of a
+batch by server, memcache/wire.py's meta get replies). It sits beside the extension, outside
+every layer, and imports nothing of ours, so that every layer may use it.
 
-Both have one meaning: the native functions answer ``None`` wherever their input leaves the form
-our writers produce, and the caller then runs the reference, so results and errors are the
-reference's own (the differential tests ``test_native_*_match_reference``). ``FANOUT_NATIVE``
+Both have one meaning: the native functions answer ``None`` (or hand back a position) wherever
+their input leaves the form our writers, or memcached, produce, and the caller then runs the
+reference, so results and errors are the reference's own (the differential tests
+``test_native_*_match_reference``). ``FANOUT_NATIVE``
 chooses at import: unset, the native core where it is built and the reference elsewhere; ``0``,
 the reference always (an A/B run, or to rule the core out); ``1``, the native core or an
 ``ImportError``.
@@ -15,9 +18,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 ENV = "FANOUT_NATIVE"
+T = TypeVar("T")
 
 
 class NativeCore(Protocol):
@@ -47,6 +51,26 @@ class NativeCore(Protocol):
     def read_fanout_task(
         self, payload: bytes, /
     ) -> tuple[str, int, str, str, int, int, list[str]] | None: ...
+
+    def take_values(
+        self,
+        buf: bytes,
+        pos: int,
+        count: int,
+        found: list[Any],
+        writable: bool,
+        stamp: bytes,
+        item: type[tuple[Any, ...]],
+        /,
+    ) -> tuple[int, int]: ...
+
+    def winners(self, prefixes: list[bytes], families: Sequence[bytes], /) -> list[int] | None: ...
+
+    def families(self, keys: Sequence[bytes], /) -> list[bytes] | None: ...
+
+    def by_owner(
+        self, owners: list[int], count: int, column: Sequence[T], /
+    ) -> list[list[T]] | None: ...
 
 
 def _load() -> NativeCore | None:
