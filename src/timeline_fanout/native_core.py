@@ -1,7 +1,7 @@
 """Which implementation of the per-member hot paths runs: the native core (``_native``, built
 from native/ in Rust with PyO3 when the package is installed) or the Python reference beside
 each caller (graph/lists/tokens.py's list decode, graph/model/keys.py's key naming,
-schemas/codec.py's chunk tasks, memcache/ring.py's placement, memcache/executor.py's split of a
+schemas/codec.py's chunk tasks, memcache/ring.py's placement, memcache/router.py's split of a
 batch by server, memcache/wire.py's meta get replies). It sits beside the extension, outside
 every layer, and imports nothing of ours, so that every layer may use it.
 

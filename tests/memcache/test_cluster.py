@@ -187,7 +187,7 @@ def test_placement_is_hashclients_for_each_lists_key(cache: MemcacheCluster) -> 
 
 
 def test_batches_larger_than_one_pipeline(cache: MemcacheCluster) -> None:
-    from timeline_fanout.memcache.executor import PIPELINE
+    from timeline_fanout.memcache.exchange import PIPELINE
 
     keys = [b"big%d" % i for i in range(3 * PIPELINE + 7)]
     assert set(cache.add_many(dict.fromkeys(keys, b"+a ")).values()) == {STORED}

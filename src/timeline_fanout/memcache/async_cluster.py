@@ -8,12 +8,13 @@ awaits a future; replies come back in the order the pipelines were written, so t
 reader hands them out in that order. Under load one socket read brings the replies of several
 requests, so a read costs less than one system call per request.
 
-Routing is the blocking client's: the same ``Router`` (memcache/router.py) splits the keys by
-server under the same names and epochs and judges the replies once they are in, using only
-what never waits (the live lease, never a read of the record or a probe). Commands are the same
-meta gets (``meta_get_pipeline``, asking for values alone: these reads never write back, so
-they need no CAS id or time to live) and replies are parsed by the same ``take_values``, so an
-item read here is the item the blocking client would have read. What differs is the I/O alone,
+Planning is the blocking client's: the same ``Exchange`` (memcache/exchange.py) splits the
+keys by server under the same names and epochs into the same pipelines, and the same
+``Router`` judges the replies once they are in, using only what never waits (the live lease,
+never a read of the record or a probe). Commands are the same meta gets
+(``meta_get_pipeline``, asking for values alone: these reads never write back, so they need no
+CAS id or time to live) and replies are parsed by the same ``take_values``, so an item read
+here is the item the blocking client would have read. What differs is the I/O alone,
 and that a read here that cannot be answered whole raises (the blocking client answers it).
 
 **Unchanged replies are not parsed.** A caller may pass the replies an earlier call with the
@@ -42,8 +43,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from timeline_fanout.memcache.exchange import Exchange, Job
 from timeline_fanout.memcache.ring import Placement, RingRecord
-from timeline_fanout.memcache.router import Lease, Router, sent
+from timeline_fanout.memcache.router import Lease, Router
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.memcache.wire import CacheUnavailable, Item, meta_get_pipeline, take_values
 
@@ -374,28 +376,28 @@ class AsyncMemcache:
         return parts
 
     def _plan(self, keys: tuple[bytes, ...], lease: Lease, remember: bool) -> tuple[_Part, ...]:
-        """Per server (in ring order), its keys and their meta gets; if ``remember``, kept for
-        the next multi-GET of the same keys (placing a key costs a hash per server). A key
-        moving between servers (memcache/ring.py), or on a server not readable now, makes the
-        read ``CacheUnavailable``: the blocking client answers it."""
-        split = self._router.split(lease.placement, list(dict.fromkeys(keys)))
-        if split.moving:
+        """Per server (in ring order), its keys and their meta gets, planned as the blocking
+        client plans them (``Exchange``); if ``remember``, kept for the next multi-GET of the
+        same keys (placing a key costs a hash per server). A key moving between servers
+        (memcache/ring.py), or on a server not readable now, makes the read
+        ``CacheUnavailable``: the blocking client answers it."""
+        job = Job(_meta_gets, list(dict.fromkeys(keys)), values=True)
+        exchange = Exchange(self._router, [job], lease)
+        if any(unsent.node is None for unsent in exchange.unsent):
             raise CacheUnavailable("memcached ring: a key read is moving between servers")
-        uses = {route.node: self._router.use(route.node, lease.record) for route in split.routes}
+        uses = exchange.uses
         unusable = sorted(node for node, use in uses.items() if not use.readable)
         if unusable:
             raise CacheUnavailable(f"memcached {unusable[0]}: down, or no lease on its epoch")
-        names = split.names
         plan = tuple(
             _Part(
                 node,
-                mine,
-                meta_get_pipeline(sent(mine, names, suffix), writable=False),
-                suffix,
+                [key for pipeline in queue for key in pipeline.keys],
+                b"".join([exchange.payload(node, pipeline, 0) for pipeline in queue]),
+                exchange.suffixes[node],
                 lease.placement,
             )
-            for node, mine, _ in split.routes
-            if (suffix := uses[node].suffix) is not None
+            for node, queue in exchange.queues.items()
         )
         if remember and len(keys) <= REMEMBERED_PLAN_KEYS // 64:
             if self._plan_keys + len(keys) > REMEMBERED_PLAN_KEYS:
@@ -440,6 +442,12 @@ class AsyncMemcache:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+
+def _meta_gets(keys: list[bytes]) -> bytes:
+    """Meta gets asking for values alone: these reads never write back, so they need no CAS id
+    or time to live."""
+    return meta_get_pipeline(keys, writable=False)
 
 
 def _found(plan: tuple[_Part, ...], parts: list[_Waiting]) -> dict[bytes, Item]:

@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 
-from timeline_fanout.memcache.executor import Executor, Job
+from timeline_fanout.memcache.exchange import Job
+from timeline_fanout.memcache.executor import Executor
 from timeline_fanout.memcache.pools import Connect, ServerPools, tcp
 from timeline_fanout.memcache.router import Router
 from timeline_fanout.memcache.trust import ServerTrust

@@ -5,9 +5,10 @@ The router answers from the ring record under this process's lease (memcache/rin
 from this process's reachability (memcache/trust.py): which server owns a key and under which
 name (``split``), whether it may be read, how it may be written (``ServerUse``), and whether
 replies read under a lease still hold once they are in (``outlived``). Both clients route
-through it: the blocking one (memcache/executor.py) and the event loop's
-(memcache/async_cluster.py), which uses only what never waits (``now``, ``split``, ``use``
-and ``outlived`` without renewal); they differ only in their I/O.
+through it, by the same plan of each batch (memcache/exchange.py): the blocking one
+(memcache/executor.py) and the event loop's (memcache/async_cluster.py), which uses only what
+never waits (``now``, ``split``, ``use`` and ``outlived`` without renewal); they differ only in
+their I/O.
 
 For the blocking client it also keeps the ledger of exchanges left unanswered, from which
 ``missed`` judges a write a reader's answer made the writer skip, and makes the changes of the
