@@ -91,6 +91,41 @@ def test_items_are_the_blocking_clients_on_both_servers(
     run_on_both_loops(main)
 
 
+def test_the_event_loop_reads_the_blocking_clients_items_under_names_and_epochs(
+    servers: Servers, cache: MemcacheCluster
+) -> None:
+    """Under a record with a history (keys renamed on the server that joined) and an epoch (a
+    suffix on one server), the event loop asks for exactly the items the blocking client
+    wrote: the same plan of each batch, never the copies left at the plain names."""
+    names = sorted(f"{host}:{port}" for host, port in servers)
+    keys = [b"named%d" % i for i in range(300)]
+    assert cache.set_many(dict.fromkeys(keys, b"left behind")) == dict.fromkeys(
+        keys, Outcome.STORED
+    )
+    record = RingRecord((tuple(names[:2]), tuple(names))).with_epoch(
+        names[1], ServerEpoch("0abc0abc", EpochState.UP)
+    )
+    trust = process_trust(names, HeldRing(record), TrustSettings(timeout_s=2.0), 60.0)
+    placement = trust.ring.renewed()
+    assert placement is not None and placement.names(keys)  # some keys are renamed
+    blocking = MemcacheCluster(servers, trust=trust)
+    written = {k: b"written %d" % i for i, k in enumerate(keys)}
+    try:
+        assert blocking.set_many(written) == dict.fromkeys(keys, Outcome.STORED)
+    finally:
+        blocking.close()
+
+    async def main() -> None:
+        client = AsyncMemcache(servers, trust=trust)
+        try:
+            found = await client.gets_many(keys)
+        finally:
+            client.close()
+        assert {k: item.value for k, item in found.items()} == written
+
+    run_on_both_loops(main)
+
+
 def test_hundreds_of_concurrent_calls_each_get_their_own_items(
     servers: Servers, cache: MemcacheCluster
 ) -> None:
