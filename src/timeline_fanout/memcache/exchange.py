@@ -101,6 +101,23 @@ class Exchange:
     Invariant: a pipeline is sent only to a server in ``queues``, under its suffix, and is
     either answered by it or handed back through ``unanswered``."""
 
+    __slots__ = (
+        "best_effort",
+        "held",
+        "jobs",
+        "lease",
+        "lost",
+        "names",
+        "placement",
+        "queues",
+        "replacing",
+        "router",
+        "suffixes",
+        "unsent",
+        "unwritten",
+        "uses",
+    )
+
     def __init__(
         self, router: Router, jobs: Sequence[Job], lease: Lease | None, best_effort: bool = False
     ) -> None:
@@ -140,7 +157,11 @@ class Exchange:
                 self.unsent.append(Unsent(index, None, split.moving, made_up))
                 self.unwritten = self.unwritten or (job.absent is not None and not self.best_effort)
             for node, keys, cols in split.routes:
-                self.queues.setdefault(node, deque()).extend(
+                queue = self.queues.setdefault(node, deque())
+                if len(keys) <= PIPELINE:  # the common case: one pipeline, nothing cut
+                    queue.append(Pipeline(index, keys, cols))
+                    continue
+                queue.extend(
                     Pipeline(index, keys[i : i + PIPELINE], [c[i : i + PIPELINE] for c in cols])
                     for i in range(0, len(keys), PIPELINE)
                 )
@@ -180,9 +201,9 @@ class Exchange:
         if job.quiet:
             return job.build(sent(pipeline.keys, self.names), suffix)
         build = job.replacing if node in self.replacing and job.replacing else job.build
-        columns: list[Sequence[Any]] = list(pipeline.columns)
+        columns: Sequence[Sequence[Any]] = pipeline.columns
         if (at := job.cas_column) is not None:
-            columns[at] = cas_on(columns[at], connection)
+            columns = [*columns[:at], cas_on(columns[at], connection), *columns[at + 1 :]]
         return build(sent(pipeline.keys, self.names, suffix), *columns)
 
     def read(self, node: str, pipeline: Pipeline, replies: bytes) -> bytes:
