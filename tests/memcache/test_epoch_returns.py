@@ -15,10 +15,11 @@ import pytest
 
 from tests.held_ring import HeldRing, process_trust
 from timeline_fanout.memcache import MemcacheCluster
+from timeline_fanout.memcache.exchange import PIPELINE
 from timeline_fanout.memcache.pools import ServerPipe
 from timeline_fanout.memcache.ring import EpochState, RingRecord, ServerEpoch
 from timeline_fanout.memcache.trust import ServerTrust, TrustSettings
-from timeline_fanout.memcache.wire import Outcome
+from timeline_fanout.memcache.wire import CacheUnavailable, Item, Outcome
 from timeline_fanout_devstack.memcached_processes import own_server, stop
 
 Server = tuple[subprocess.Popen[bytes], tuple[str, int]]
@@ -103,6 +104,57 @@ def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
     late.append(True)
     assert reader.get_many([key]) == {}  # unanswered, not the revoked epoch's item
     assert reader.available([key]) == [False]  # until it is back under its new epoch
+
+
+def test_replies_a_server_gave_before_failing_mid_read_are_dropped_once_its_epoch_was_revoked(
+    three: list[Server],
+) -> None:
+    """A read of more than one pipeline from one server: the server answers the first late,
+    after a writer revoked its epoch and committed, then fails on the next. What it did answer
+    is judged against the record like any reply, never handed out for failing later."""
+    register = HeldRing(None)
+    writer = process(three, register)
+    victim = names(three)[0]
+    mine = [k for k in (b"k%d" % i for i in range(20_000)) if writer.server_for(k) == victim]
+    keys = mine[: PIPELINE + 100]
+    assert len(keys) > PIPELINE  # two pipelines to the victim
+    writer.set_many(dict.fromkeys(keys, b"before"))
+    clock = Clock()
+    armed: list[str] = []  # "late": the next reply arrives late; "fail": the next send fails
+
+    class LateThenFailing(ServerPipe):
+        """The first pipeline's reply arrives after the revocation; the next send fails."""
+
+        def receive_values(self, count: int) -> list[Item | None]:
+            found = super().receive_values(count)
+            if armed == ["late"]:
+                writer.trust.mark_down(victim)  # the writer missed a write there, and commits
+                writer.missed([keys[0]], writer.checkpoint())
+                clock.now += 5.0  # the reader's lease ran out while it waited
+                armed[0] = "fail"
+            return found
+
+        def send(self, payload: bytes) -> None:
+            if armed == ["fail"]:
+                self.close()
+                raise CacheUnavailable(f"memcached {self.name}: killed")
+            super().send(payload)
+
+    def connect(node: str) -> ServerPipe:
+        host, port = node.rsplit(":", 1)
+        return LateThenFailing(host, int(port), QUICK.timeout_s)
+
+    reader = MemcacheCluster(
+        [address for _, address in three],
+        trust=process_trust(names(three), register, QUICK, 1.0, clock),
+        connect=connect,
+    )
+    assert reader.get_many(keys[:1]) == {keys[0]: b"before"}  # a lease on the record
+    armed.append("late")
+    assert reader.get_many(keys) == {}  # none of the revoked epoch's items
+    assert armed == ["fail"]
+    assert register.record is not None
+    assert register.record.epoch(victim).state is EpochState.DOWN
 
 
 def test_an_add_left_unanswered_by_a_hung_server_revokes_it_so_a_late_add_is_never_read(

@@ -234,8 +234,10 @@ class Exchange:
 
     def failed(self, node: str, pipelines: Sequence[Pipeline]) -> None:
         """``node`` failed with ``pipelines`` (its queue and those in flight) unanswered: no
-        more is sent to it, and they are answered as a server holding nothing would."""
-        self.suffixes.pop(node, None)
+        more is sent to it, and they are answered as a server holding nothing would. Its
+        suffix stays: the pipelines it answered before failing are judged by ``outlived``
+        like any reply (a late reply from a revoked epoch is no better for the failure that
+        followed it)."""
         self.unanswered(node, pipelines, self.uses[node])
 
     def outlived(self, renew: bool = True) -> list[str]:
