@@ -1,0 +1,176 @@
+//! `Members`: a sequence of list members (ASCII ids) held as one buffer and the end of each,
+//! not as a Python object per member. A follower list decodes into one, and the fan-out cuts
+//! it into chunk tasks, writes and reads those, and names timeline keys from it without a
+//! `str` per follower; a `str` is made only for a member a caller takes one by one (iterating,
+//! indexing), and a `frozenset` once, on the first membership test.
+
+use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyFrozenSet, PyList, PySet, PySlice, PyString, PyTuple};
+use std::collections::HashSet;
+
+#[pyclass(frozen, module = "timeline_fanout._native", sequence)]
+pub struct Members {
+    data: Vec<u8>,
+    ends: Vec<u32>,
+    set: PyOnceLock<Py<PyFrozenSet>>,
+}
+
+impl Members {
+    /// The members in order, each at most once (the first occurrence kept): a list's set.
+    /// `None` past 4 GiB of members (the caller's reference answers such a list).
+    pub fn distinct<'a>(members: impl ExactSizeIterator<Item = &'a [u8]>) -> Option<Members> {
+        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(members.len());
+        Members::of(members.filter(|m| seen.insert(m)))
+    }
+
+    /// The members in order, repeats kept; `None` past 4 GiB.
+    pub fn of<'a>(members: impl Iterator<Item = &'a [u8]>) -> Option<Members> {
+        let mut data = Vec::new();
+        let mut ends = Vec::with_capacity(members.size_hint().0);
+        for member in members {
+            data.extend_from_slice(member);
+            ends.push(u32::try_from(data.len()).ok()?);
+        }
+        Some(Members {
+            data,
+            ends,
+            set: PyOnceLock::new(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.data[start..self.ends[i] as usize]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    fn text(&self, i: usize) -> &str {
+        // Built only from ASCII: a decoded list's members, a task's ids.
+        std::str::from_utf8(self.get(i)).expect("members are ASCII")
+    }
+
+    fn string<'py>(&self, py: Python<'py>, i: usize) -> Bound<'py, PyString> {
+        PyString::new(py, self.text(i))
+    }
+
+    fn index(&self, at: isize) -> PyResult<usize> {
+        let len = self.len() as isize;
+        let at = if at < 0 { at + len } else { at };
+        if (0..len).contains(&at) {
+            Ok(at as usize)
+        } else {
+            Err(PyIndexError::new_err("Members index out of range"))
+        }
+    }
+}
+
+#[pymethods]
+impl Members {
+    fn __len__(&self) -> usize {
+        self.len()
+    }
+
+    /// A member as a `str`, or a slice as `Members`.
+    fn __getitem__<'py>(&self, py: Python<'py>, at: &Bound<'py, PyAny>) -> PyResult<Py<PyAny>> {
+        if let Ok(slice) = at.cast::<PySlice>() {
+            let range = slice.indices(self.len() as isize)?;
+            let picked = (0..range.slicelength)
+                .map(|k| self.get((range.start + k as isize * range.step) as usize));
+            let members = Members::of(picked).expect("a slice is no larger than its whole");
+            return Ok(Py::new(py, members)?.into_any());
+        }
+        let Ok(at) = at.extract::<isize>() else {
+            return Err(PyTypeError::new_err(
+                "Members indices must be integers or slices",
+            ));
+        };
+        Ok(self.string(py, self.index(at)?).into_any().unbind())
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> MembersIter {
+        MembersIter {
+            members: slf.unbind(),
+            at: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Through the members' `frozenset`, built on the first test and kept.
+    fn __contains__(&self, py: Python<'_>, member: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.frozen(py)?.bind(py).contains(member)
+    }
+
+    /// The members as a `frozenset` of `str` (built once).
+    fn frozen(&self, py: Python<'_>) -> PyResult<Py<PyFrozenSet>> {
+        self.set
+            .get_or_try_init(py, || {
+                let strings = (0..self.len()).map(|i| self.string(py, i));
+                PyFrozenSet::new(py, strings).map(Bound::unbind)
+            })
+            .map(|set| set.clone_ref(py))
+    }
+
+    /// Equal to `Members` of the same members in the same order, to a `list` or `tuple` of
+    /// those members as `str`s (a chunk task's followers compare with either), and to a `set`
+    /// or `frozenset` of them (a list's members compare as the set they are).
+    fn __eq__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Py<PyAny>> {
+        let answer = |same: bool| Ok(PyBool::new(py, same).to_owned().into_any().unbind());
+        if let Ok(other) = other.cast::<Members>() {
+            let other = other.get();
+            return answer(self.ends == other.ends && self.data == other.data);
+        }
+        if other.cast::<PyFrozenSet>().is_ok() || other.cast::<PySet>().is_ok() {
+            return answer(self.frozen(py)?.bind(py).eq(other)?);
+        }
+        let items = if let Ok(list) = other.cast::<PyList>() {
+            list.iter().collect::<Vec<_>>()
+        } else if let Ok(tuple) = other.cast::<PyTuple>() {
+            tuple.iter().collect::<Vec<_>>()
+        } else {
+            return Ok(py.NotImplemented());
+        };
+        answer(
+            items.len() == self.len()
+                && items.iter().enumerate().all(|(i, item)| {
+                    item.cast::<PyString>()
+                        .is_ok_and(|text| text.to_str().ok() == Some(self.text(i)))
+                }),
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        let shown: Vec<String> = (0..self.len().min(5))
+            .map(|i| format!("{:?}", self.text(i)))
+            .collect();
+        let more = if self.len() > 5 { ", ..." } else { "" };
+        format!("Members([{}{more}], len={})", shown.join(", "), self.len())
+    }
+}
+
+/// Iterating `Members`: a `str` per member, in order.
+#[pyclass(frozen, module = "timeline_fanout._native")]
+pub struct MembersIter {
+    members: Py<Members>,
+    at: std::sync::atomic::AtomicUsize,
+}
+
+#[pymethods]
+impl MembersIter {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyString>> {
+        let members = self.members.get();
+        let at = self.at.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (at < members.len()).then(|| members.string(py, at))
+    }
+}
