@@ -6,6 +6,7 @@
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFrozenSet, PyList, PySet, PySlice, PyString, PyTuple};
 use std::collections::HashSet;
@@ -60,6 +61,19 @@ impl Members {
 
     fn string<'py>(&self, py: Python<'py>, i: usize) -> Bound<'py, PyString> {
         PyString::new(py, self.text(i))
+    }
+
+    /// A set operation of the frozenset (the members' own, built once) with `other`.
+    fn set_op(&self, py: Python<'_>, other: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
+        let other = match other.cast::<Members>() {
+            Ok(members) => members.get().frozen(py)?.into_bound(py).into_any(),
+            Err(_) => other.clone(),
+        };
+        Ok(self
+            .frozen(py)?
+            .bind(py)
+            .call_method1(name, (other,))?
+            .unbind())
     }
 
     fn index(&self, at: isize) -> PyResult<usize> {
@@ -118,17 +132,31 @@ impl Members {
             .map(|set| set.clone_ref(py))
     }
 
-    /// Equal to `Members` of the same members in the same order, to a `list` or `tuple` of
-    /// those members as `str`s (a chunk task's followers compare with either), and to a `set`
-    /// or `frozenset` of them (a list's members compare as the set they are).
-    fn __eq__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Py<PyAny>> {
+    /// Compared with `Members`, the same members in the same order; with a `list` or `tuple`,
+    /// as the list of the members' `str`s (a chunk task's followers compare with either); with
+    /// a `set` or `frozenset`, as the set of them, order comparisons (subsets) included.
+    fn __richcmp__<'py>(
+        &self,
+        py: Python<'py>,
+        other: &Bound<'py, PyAny>,
+        op: CompareOp,
+    ) -> PyResult<Py<PyAny>> {
         let answer = |same: bool| Ok(PyBool::new(py, same).to_owned().into_any().unbind());
+        let equal = match op {
+            CompareOp::Eq => Some(true),
+            CompareOp::Ne => Some(false),
+            _ => None,
+        };
+        let sequence = other.cast::<Members>().is_ok() && equal.is_some();
+        if let Some(set) = as_set(py, other)?.filter(|_| !sequence) {
+            return Ok(self.frozen(py)?.bind(py).rich_compare(set, op)?.unbind());
+        }
+        let Some(equal) = equal else {
+            return Ok(py.NotImplemented());
+        };
         if let Ok(other) = other.cast::<Members>() {
             let other = other.get();
-            return answer(self.ends == other.ends && self.data == other.data);
-        }
-        if other.cast::<PyFrozenSet>().is_ok() || other.cast::<PySet>().is_ok() {
-            return answer(self.frozen(py)?.bind(py).eq(other)?);
+            return answer((self.ends == other.ends && self.data == other.data) == equal);
         }
         let items = if let Ok(list) = other.cast::<PyList>() {
             list.iter().collect::<Vec<_>>()
@@ -137,15 +165,53 @@ impl Members {
         } else {
             return Ok(py.NotImplemented());
         };
-        answer(
-            items.len() == self.len()
-                && items.iter().enumerate().all(|(i, item)| {
-                    item.cast::<PyString>()
-                        .is_ok_and(|text| text.to_str().ok() == Some(self.text(i)))
-                }),
-        )
+        let same = items.len() == self.len()
+            && items.iter().enumerate().all(|(i, item)| {
+                item.cast::<PyString>()
+                    .is_ok_and(|text| text.to_str().ok() == Some(self.text(i)))
+            });
+        answer(same == equal)
     }
 
+    fn __and__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__and__")
+    }
+
+    fn __rand__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__rand__")
+    }
+
+    fn __or__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__or__")
+    }
+
+    fn __ror__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__ror__")
+    }
+
+    fn __sub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__sub__")
+    }
+
+    fn __rsub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__rsub__")
+    }
+
+    fn __xor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__xor__")
+    }
+
+    fn __rxor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.set_op(py, other, "__rxor__")
+    }
+
+    fn isdisjoint(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let other = as_set(py, other)?.unwrap_or_else(|| other.clone());
+        self.frozen(py)?
+            .bind(py)
+            .call_method1("isdisjoint", (other,))?
+            .extract()
+    }
     fn __repr__(&self) -> String {
         let shown: Vec<String> = (0..self.len().min(5))
             .map(|i| format!("{:?}", self.text(i)))
@@ -153,6 +219,15 @@ impl Members {
         let more = if self.len() > 5 { ", ..." } else { "" };
         format!("Members([{}{more}], len={})", shown.join(", "), self.len())
     }
+}
+
+/// `other` as a set when it is one: a `set` or `frozenset` itself, `Members` as theirs.
+fn as_set<'py>(py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if let Ok(members) = other.cast::<Members>() {
+        return Ok(Some(members.get().frozen(py)?.into_bound(py).into_any()));
+    }
+    let is_set = other.cast::<PyFrozenSet>().is_ok() || other.cast::<PySet>().is_ok();
+    Ok(is_set.then(|| other.clone()))
 }
 
 /// Iterating `Members`: a `str` per member, in order.

@@ -29,9 +29,7 @@ def write_fanout_task(
     followers: Sequence[str],
     /,
 ) -> bytes | None: ...
-def read_fanout_task(
-    payload: bytes, /
-) -> tuple[str, int, str, str, int, int, Members] | None: ...
+def read_fanout_task(payload: bytes, /) -> tuple[str, int, str, str, int, int, Members] | None: ...
 def take_values(
     buf: bytes,
     pos: int,

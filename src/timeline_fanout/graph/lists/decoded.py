@@ -32,9 +32,7 @@ class DecodedLists:
         self._min_bytes = min_bytes
         self._held = 0
         # key -> (the items' values, the members, the bytes this entry is counted as)
-        self._lists: OrderedDict[bytes, tuple[tuple[bytes, ...], MemberSet, int]] = (
-            OrderedDict()
-        )
+        self._lists: OrderedDict[bytes, tuple[tuple[bytes, ...], MemberSet, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: bytes, values: Sequence[bytes]) -> MemberSet | None:
