@@ -208,7 +208,7 @@ fn read_fanout_task<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Option<Tas
     let Some(task) = tasks::read(payload) else {
         return Ok(None);
     };
-    let members = Members::of(task.followers.iter().map(|f| f.as_bytes()));
+    let members = Members::of(task.followers.iter().map(|f| f.as_bytes()), false);
     let followers = Bound::new(py, members.expect("a task is far below 4 GiB"))?;
     Ok(Some((
         task.event_id.to_owned(),

@@ -4,17 +4,21 @@
 //! `str` per follower; a `str` is made only for a member a caller takes one by one (iterating,
 //! indexing), and a `frozenset` once, on the first membership test.
 
+use hashbrown::HashTable;
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFrozenSet, PyList, PySet, PySlice, PyString, PyTuple};
-use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 #[pyclass(frozen, module = "timeline_fanout._native", sequence)]
 pub struct Members {
     data: Vec<u8>,
     ends: Vec<u32>,
+    /// Each member once (a list's set, or part of one): compared with other distinct `Members`
+    /// as the set they are, where any other `Members` (a task's followers) compare as sequences.
+    distinct: bool,
     set: PyOnceLock<Py<PyFrozenSet>>,
 }
 
@@ -22,12 +26,28 @@ impl Members {
     /// The members in order, each at most once (the first occurrence kept): a list's set.
     /// `None` past 4 GiB of members (the caller's reference answers such a list).
     pub fn distinct<'a>(members: impl ExactSizeIterator<Item = &'a [u8]>) -> Option<Members> {
-        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(members.len());
-        Members::of(members.filter(|m| seen.insert(m)))
+        // The members seen, as their indices here (4 bytes each, not a 16-byte slice: a
+        // million-member list's table stays small enough for the caches it is probed in).
+        let mut seen: HashTable<u32> = HashTable::with_capacity(members.len());
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let mut kept = Members::of(std::iter::empty(), true)?;
+        kept.ends.reserve(members.len());
+        for member in members {
+            let hash = hasher.hash_one(member);
+            let found = seen.find(hash, |&i| kept.get(i as usize) == member);
+            if found.is_none() {
+                let at = u32::try_from(kept.len()).ok()?;
+                kept.data.extend_from_slice(member);
+                kept.ends.push(u32::try_from(kept.data.len()).ok()?);
+                seen.insert_unique(hash, at, |&i| hasher.hash_one(kept.get(i as usize)));
+            }
+        }
+        Some(kept)
     }
 
-    /// The members in order, repeats kept; `None` past 4 GiB.
-    pub fn of<'a>(members: impl Iterator<Item = &'a [u8]>) -> Option<Members> {
+    /// The members in order, repeats kept (the caller says whether there are none); `None`
+    /// past 4 GiB.
+    pub fn of<'a>(members: impl Iterator<Item = &'a [u8]>, distinct: bool) -> Option<Members> {
         let mut data = Vec::new();
         let mut ends = Vec::with_capacity(members.size_hint().0);
         for member in members {
@@ -37,6 +57,7 @@ impl Members {
         Some(Members {
             data,
             ends,
+            distinct,
             set: PyOnceLock::new(),
         })
     }
@@ -99,7 +120,8 @@ impl Members {
             let range = slice.indices(self.len() as isize)?;
             let picked = (0..range.slicelength)
                 .map(|k| self.get((range.start + k as isize * range.step) as usize));
-            let members = Members::of(picked).expect("a slice is no larger than its whole");
+            let members =
+                Members::of(picked, self.distinct).expect("a slice is no larger than its whole");
             return Ok(Py::new(py, members)?.into_any());
         }
         let Ok(at) = at.extract::<isize>() else {
@@ -132,7 +154,8 @@ impl Members {
             .map(|set| set.clone_ref(py))
     }
 
-    /// Compared with `Members`, the same members in the same order; with a `list` or `tuple`,
+    /// Compared with `Members`, the same members in the same order (as sets where both are
+    /// distinct: two decodes of one list); with a `list` or `tuple`,
     /// as the list of the members' `str`s (a chunk task's followers compare with either); with
     /// a `set` or `frozenset`, as the set of them, order comparisons (subsets) included.
     fn __richcmp__<'py>(
@@ -147,7 +170,10 @@ impl Members {
             CompareOp::Ne => Some(false),
             _ => None,
         };
-        let sequence = other.cast::<Members>().is_ok() && equal.is_some();
+        let sequence = other
+            .cast::<Members>()
+            .is_ok_and(|other| !(self.distinct && other.get().distinct))
+            && equal.is_some();
         if let Some(set) = as_set(py, other)?.filter(|_| !sequence) {
             return Ok(self.frozen(py)?.bind(py).rich_compare(set, op)?.unbind());
         }

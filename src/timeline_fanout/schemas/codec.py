@@ -225,5 +225,7 @@ def fanout_task(
         post_id=post_id,
         post_ts=post_ts,
         chunk=chunk,
-        followers=followers if isinstance(followers, list) else list(followers),
+        followers=list(followers)
+        if core is not None and isinstance(followers, core.Members)
+        else followers,
     )

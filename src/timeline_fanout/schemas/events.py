@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from timeline_fanout.schemas.ids import ID_ALPHABET, Id, charset, charset_schema
 
@@ -127,8 +127,8 @@ class FanoutTask(_Event):
     post_ts: Millis
     chunk: Count
     # A sequence: the native core reads and writes it as ``Members`` (one buffer, no ``str``
-    # per follower: timeline_fanout/native_core.py); validation makes a list of a list.
-    followers: Annotated[Sequence[Id], Field(max_length=MAX_CHUNK)]
+    # per follower: timeline_fanout/native_core.py); validation makes a list of any other.
+    followers: Annotated[Sequence[Id], Field(max_length=MAX_CHUNK), AfterValidator(list)]
 
 
 Event = Annotated[

@@ -188,6 +188,8 @@ def test_members_behave_as_the_set_of_their_strs(ids: list[str], other: set[str]
     decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")])
     assert decoded is not None
     members, same = decoded[0], frozenset(ids)
+    backwards = core.decode_list(["".join(f"+{m} " for m in reversed(ids)).encode("ascii")])
+    assert backwards is not None and backwards[0] == members  # two decodes of one set
     assert (members == other, members != other) == (same == other, same != other)
     assert (members <= other, members < other, members >= other, members > other) == (
         same <= other,

@@ -142,10 +142,17 @@ def frozen(members: MemberSet) -> frozenset[str]:
     return frozenset(members)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DecodedList:
     members: MemberSet
     tokens: int
+
+    def __eq__(self, other: object) -> bool:
+        """The same members (as sets: ``Members`` keep the order they were decoded in, a
+        ``frozenset`` none) and the same number of tokens."""
+        if not isinstance(other, DecodedList):
+            return NotImplemented
+        return self.tokens == other.tokens and frozen(self.members) == frozen(other.members)
 
     @property
     def dead(self) -> int:
