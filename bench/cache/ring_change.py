@@ -67,6 +67,7 @@ from timeline_fanout.graph import ListSettings, ShardedLists
 from timeline_fanout.graph.failures import is_transient
 from timeline_fanout.graph.lists.sharded import ShardedLayout
 from timeline_fanout.graph.lists.token_lists import TokenLists
+from timeline_fanout.graph.lists.tokens import MemberSet
 from timeline_fanout.graph.model.edges import EdgeChange
 from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
 from timeline_fanout.graph.stores.sqlite import SqliteEdgeStore
@@ -556,7 +557,7 @@ class Arm:
         store; every kept batch was applied before (the writers drain them as they stop)."""
         newcomer = Process("newcomer", self.three, self.path, self.source)
         refs = self.refs()
-        read: dict[ListRef, frozenset[str]] = {}
+        read: dict[ListRef, MemberSet] = {}
         for at in range(0, len(refs), 500):
             read.update(newcomer.lists.read_many(refs[at : at + 500]))
         wrong = sum(read[ref] != frozenset(newcomer.store.all_members(ref)) for ref in refs)

@@ -2,7 +2,8 @@
 alternation in one process (each figure's baseline is the other implementation, same run): the
 decode of a follower list of N members as the graph consumer writes it (positioned additions
 in 64 KiB shards; and with 1% removals, the general path), the chunk tasks of a post to N
-followers (built, enveloped, encoded, decoded), and the timeline keys of N followers. CPU
+followers (built, enveloped, encoded, decoded), and the timeline keys of N followers, each from
+the followers as its decode gives them (the core's ``Members``, the reference's ``str``s). CPU
 seconds of this process per member, best of ``REPEAT``. Beside them, the memory a fan-out's
 passes over N followers take at their peak (the list decoded, its chunk tasks built, encoded
 and decoded, all held), each implementation in a fresh process (``FANOUT_NATIVE``), twice in
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.support.report import Report, Row
@@ -24,6 +25,7 @@ from timeline_fanout.graph.lists.tokens import (
     decode,
     decode_reference,
     encode_members,
+    in_sequence,
     split_tokens,
 )
 from timeline_fanout.graph.model.keys import KeySpace, ListKind
@@ -102,7 +104,7 @@ def _held(path: str) -> None:
     """The passes over one list, everything held; prints the peak RSS growth in MiB."""
     shards = split_tokens(Path(path).read_bytes(), 64 * 1024)
     before = _high_water_kib()
-    members = list(decode(shards).members)
+    members = in_sequence(decode(shards).members)  # as the fan-out holds them
     payloads = [
         encode_event(_enveloped(fanout_task("a", "p", 1, c, members[i : i + CHUNK])))
         for c, i in enumerate(range(0, len(members), CHUNK))
@@ -142,13 +144,18 @@ def _passes(n: int) -> dict[str, dict[str, Callable[[], object]]]:
     shards = split_tokens(_list_bytes(n), 64 * 1024)
     removed = b"".join(b"-f%d#%x " % (i, FIRST_POSITION + n + i) for i in range(0, n, 100))
     with_removals = [*shards, removed]
-    chunks = [members[i : i + CHUNK] for i in range(0, n, CHUNK)]
+    # Each implementation's followers as its decode gives them to the fan-out: the core's
+    # Members (no str each) and the reference's str's.
+    decoded = in_sequence(decode(shards).members)
+    given = {"reference": members, "native": decoded}
+    chunks = {name: [m[i : i + CHUNK] for i in range(0, n, CHUNK)] for name, m in given.items()}
     keys = KeySpace("tf")
 
     def tasks(
         build: Callable[..., FanoutTask],
         encode: Callable[[FanoutTask], bytes],
         decode_one: Callable[[bytes], object],
+        chunks: list[Sequence[str]],
     ) -> Callable[[], object]:
         def every_chunk() -> None:
             for i, chunk in enumerate(chunks):
@@ -170,11 +177,13 @@ def _passes(n: int) -> dict[str, dict[str, Callable[[], object]]]:
             "native": lambda: decode(with_removals),
         },
         "chunk_tasks": {
-            "reference": tasks(reference_task, encode_event_reference, decode_event_reference),
-            "native": tasks(fanout_task, encode_event, decode_event),
+            "reference": tasks(
+                reference_task, encode_event_reference, decode_event_reference, chunks["reference"]
+            ),
+            "native": tasks(fanout_task, encode_event, decode_event, chunks["native"]),
         },
         "timeline_keys": {
             "reference": lambda: keys.user_keys_reference(ListKind.TIMELINE.value, members),
-            "native": lambda: keys.list_keys(ListKind.TIMELINE, members),
+            "native": lambda: keys.list_keys(ListKind.TIMELINE, decoded),
         },
     }

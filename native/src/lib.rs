@@ -8,23 +8,26 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyInt, PyList, PyString, PyTuple, PyType};
 
+mod members;
 mod meta;
 mod tasks;
 mod tokens;
 
+use members::Members;
+
 /// `wire.NOT_READ`: the time to live of an item read without it.
 const NOT_READ: i64 = -2;
 
-/// `tokens.decode` of the shards joined by a space: `(members, tokens)`, or `None` where the
-/// reference must decide (see the module's doc). A `ValueError` carries the reference's message
-/// for a corrupt list.
+/// `tokens.decode` of the shards joined by a space: `(members, tokens)`, the members as
+/// `Members` (each once, no `str` made), or `None` where the reference must decide (see the
+/// module's doc). A `ValueError` carries the reference's message for a corrupt list.
 #[pyfunction]
 fn decode_list<'py>(
     py: Python<'py>,
     chunks: Vec<Bound<'py, PyBytes>>,
-) -> PyResult<Option<(Bound<'py, PyFrozenSet>, usize)>> {
+) -> PyResult<Option<(Bound<'py, Members>, usize)>> {
     let mut data = Vec::with_capacity(chunks.iter().map(|c| c.as_bytes().len() + 1).sum());
     for (i, chunk) in chunks.iter().enumerate() {
         if i > 0 {
@@ -42,11 +45,11 @@ fn decode_list<'py>(
         }
     };
     let (members, count) = decoded;
-    // Every member is ASCII (checked by `decode`): a `str` straight from its bytes.
-    let strings = members
-        .iter()
-        .map(|m| PyString::new(py, unsafe { std::str::from_utf8_unchecked(m) }));
-    Ok(Some((PyFrozenSet::new(py, strings)?, count)))
+    // Every member is ASCII (checked by `decode`).
+    let Some(members) = Members::distinct(members.into_iter()) else {
+        return Ok(None);
+    };
+    Ok(Some((Bound::new(py, members)?, count)))
 }
 
 /// `KeySpace._user_keys`: `prefix + user` as bytes for every user, or `None` when any user is
@@ -59,6 +62,18 @@ fn user_keys<'py>(
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     let mut keys: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(users.len().unwrap_or(0));
     let mut key = Vec::with_capacity(prefix.len() + 64);
+    if let Ok(members) = users.cast::<Members>() {
+        for user in members.get().iter() {
+            if !tokens::valid_id(user) {
+                return Ok(None);
+            }
+            key.clear();
+            key.extend_from_slice(prefix.as_bytes());
+            key.extend_from_slice(user);
+            keys.push(PyBytes::new(py, &key));
+        }
+        return Ok(Some(PyList::new(py, keys)?));
+    }
     for user in users.try_iter()? {
         let user = user?;
         let Ok(user) = user.cast::<PyString>() else {
@@ -90,21 +105,46 @@ fn int_below(value: &Bound<'_, PyAny>, limit: u64) -> Option<u64> {
     int.extract::<u64>().ok().filter(|v| *v < limit)
 }
 
-/// The followers of a task when they are an exact list of at most `MAX_CHUNK` valid ids.
-fn follower_ids<'py>(followers: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyString>>> {
+/// A task's followers as given: `Members` or an exact list of exact `str`s.
+enum Followers<'py> {
+    Members(Bound<'py, Members>),
+    Strings(Vec<Bound<'py, PyString>>),
+}
+
+impl Followers<'_> {
+    /// Each follower's text, when every one is a valid id and there are at most `MAX_CHUNK`.
+    fn ids(&self) -> Option<Vec<&str>> {
+        let ids: Vec<&str> = match self {
+            Followers::Members(members) => members
+                .get()
+                .iter()
+                .map(|m| std::str::from_utf8(m).ok())
+                .collect::<Option<_>>()?,
+            Followers::Strings(strings) => strings
+                .iter()
+                .map(|s| s.to_str().ok())
+                .collect::<Option<_>>()?,
+        };
+        let valid =
+            ids.len() <= tasks::MAX_CHUNK && ids.iter().all(|id| tokens::valid_id(id.as_bytes()));
+        valid.then_some(ids)
+    }
+}
+
+/// The followers of a task when they are `Members` or an exact list of exact `str`s.
+fn followers_of<'py>(followers: &Bound<'py, PyAny>) -> Option<Followers<'py>> {
+    if let Ok(members) = followers.cast_exact::<Members>() {
+        return Some(Followers::Members(members.clone()));
+    }
     let list = followers.cast_exact::<PyList>().ok()?;
     if list.len() > tasks::MAX_CHUNK {
         return None;
     }
-    let mut ids = Vec::with_capacity(list.len());
-    for item in list.iter() {
-        let text = item.cast_into_exact::<PyString>().ok()?;
-        if !tokens::valid_id(text.to_str().ok()?.as_bytes()) {
-            return None;
-        }
-        ids.push(text);
-    }
-    Some(ids)
+    let strings = list
+        .iter()
+        .map(|item| item.cast_into_exact::<PyString>().ok())
+        .collect::<Option<_>>()?;
+    Some(Followers::Strings(strings))
 }
 
 /// Whether a chunk task of these fields passes every rule of the model (then it is built
@@ -121,7 +161,7 @@ fn valid_fanout_task(
         && id_of(post_id).is_some()
         && int_below(post_ts, tasks::MILLIS_LIMIT).is_some()
         && int_below(chunk, u64::MAX).is_some()
-        && follower_ids(followers).is_some()
+        && followers_of(followers).is_some_and(|f| f.ids().is_some())
 }
 
 /// The wire form of a chunk task with its envelope, byte for byte what the reference writes;
@@ -144,12 +184,8 @@ fn write_fanout_task<'py>(
         return None;
     }
     let (author, post_id) = (id_of(author)?, id_of(post_id)?);
-    let ids = follower_ids(followers)?;
-    let followers = ids
-        .iter()
-        .map(|f| f.to_str())
-        .collect::<PyResult<Vec<_>>>()
-        .ok()?;
+    let given = followers_of(followers)?;
+    let followers = given.ids()?;
     let task = tasks::Task {
         event_id,
         ts: int_below(ts, u64::MAX)?,
@@ -162,16 +198,18 @@ fn write_fanout_task<'py>(
     Some(PyBytes::new(py, &tasks::write(&task)))
 }
 
-type TaskFields<'py> = (String, u64, String, String, u64, u64, Bound<'py, PyList>);
+type TaskFields<'py> = (String, u64, String, String, u64, u64, Bound<'py, Members>);
 
 /// A chunk task's fields from a payload in the publisher's form with every rule met:
-/// `(event_id, ts, author, post_id, post_ts, chunk, followers)`; `None` for any other payload.
+/// `(event_id, ts, author, post_id, post_ts, chunk, followers)`, the followers as `Members`
+/// (in order, repeats kept); `None` for any other payload.
 #[pyfunction]
 fn read_fanout_task<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Option<TaskFields<'py>>> {
     let Some(task) = tasks::read(payload) else {
         return Ok(None);
     };
-    let followers = PyList::new(py, task.followers.iter().map(|f| PyString::new(py, f)))?;
+    let members = Members::of(task.followers.iter().map(|f| f.as_bytes()), false);
+    let followers = Bound::new(py, members.expect("a task is far below 4 GiB"))?;
     Ok(Some((
         task.event_id.to_owned(),
         task.ts,
@@ -339,6 +377,7 @@ fn by_owner<'py>(
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Members>()?;
     m.add_function(wrap_pyfunction!(decode_list, m)?)?;
     m.add_function(wrap_pyfunction!(user_keys, m)?)?;
     m.add_function(wrap_pyfunction!(valid_fanout_task, m)?)?;

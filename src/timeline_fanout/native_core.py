@@ -18,21 +18,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from timeline_fanout._native import Members as CompactMembers
 
 ENV = "FANOUT_NATIVE"
 T = TypeVar("T")
 
 
 class NativeCore(Protocol):
-    """The native module's functions (stubbed in ``_native.pyi``)."""
+    """The native module's type and functions (stubbed in ``_native.pyi``)."""
 
-    def decode_list(self, chunks: list[bytes], /) -> tuple[frozenset[str], int] | None: ...
+    Members: type[CompactMembers]
+
+    def decode_list(self, chunks: list[bytes], /) -> tuple[CompactMembers, int] | None: ...
 
     def user_keys(self, prefix: str, users: Sequence[str], /) -> list[bytes] | None: ...
 
     def valid_fanout_task(
-        self, author: str, post_id: str, post_ts: int, chunk: int, followers: list[str], /
+        self, author: str, post_id: str, post_ts: int, chunk: int, followers: Sequence[str], /
     ) -> bool: ...
 
     def write_fanout_task(
@@ -44,13 +49,13 @@ class NativeCore(Protocol):
         post_id: str,
         post_ts: int,
         chunk: int,
-        followers: list[str],
+        followers: Sequence[str],
         /,
     ) -> bytes | None: ...
 
     def read_fanout_task(
         self, payload: bytes, /
-    ) -> tuple[str, int, str, str, int, int, list[str]] | None: ...
+    ) -> tuple[str, int, str, str, int, int, CompactMembers] | None: ...
 
     def take_values(
         self,
@@ -83,6 +88,7 @@ def _load() -> NativeCore | None:
         if wanted == "1":
             raise
         return None
+    Sequence.register(_native.Members)  # a sequence of str, as random.sample and callers ask
     return _native
 
 

@@ -36,7 +36,7 @@ from timeline_fanout.consumers.pulse import Pulse, no_pulse
 from timeline_fanout.graph import ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.capped import CappedLists
 from timeline_fanout.graph.lists.token_lists import Delivery
-from timeline_fanout.graph.lists.tokens import token
+from timeline_fanout.graph.lists.tokens import MemberSet, in_sequence, token
 from timeline_fanout.graph.model.edges import PostRecord, PostRef, PostsAndCelebrities
 from timeline_fanout.graph.timelines.author_pages import AuthorPages
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
@@ -119,10 +119,10 @@ class FanoutApplier:
             if len(followers) > self.celebrity_threshold:
                 celebrities.add(post.author)
             elif len(followers) > self.chunk_size:
-                self._publish_chunks(post, list(followers))
+                self._publish_chunks(post, in_sequence(followers))
             else:
                 deliveries.append(
-                    Delivery(token(True, TimelineEntry.of(post).member), list(followers))
+                    Delivery(token(True, TimelineEntry.of(post).member), in_sequence(followers))
                 )
                 delivered_posts.append(post.ts)
         for task in chunks:
@@ -156,7 +156,7 @@ class FanoutApplier:
 
     def _followers(
         self, posts: list[PostRecord], pulse: Pulse
-    ) -> Iterator[tuple[PostRecord, frozenset[str]]]:
+    ) -> Iterator[tuple[PostRecord, MemberSet]]:
         for start in range(0, len(posts), AUTHORS_PER_READ):
             some = posts[start : start + AUTHORS_PER_READ]
             refs = [ListRef(ListKind.FOLLOWERS, p.author) for p in some]
@@ -164,7 +164,7 @@ class FanoutApplier:
             pulse()
             yield from ((p, lists[ref]) for p, ref in zip(some, refs, strict=True))
 
-    def _publish_chunks(self, post: PostRecord, followers: list[str]) -> None:
+    def _publish_chunks(self, post: PostRecord, followers: Sequence[str]) -> None:
         for chunk, start in enumerate(range(0, len(followers), self.chunk_size)):
             part = followers[start : start + self.chunk_size]
             self.tasks.publish(fanout_task(post.author, post.post_id, post.ts, chunk, part))

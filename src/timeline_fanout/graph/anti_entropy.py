@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from timeline_fanout.graph.lists.token_lists import ListLayout, TokenLists
+from timeline_fanout.graph.lists.tokens import MemberSet, frozen
 from timeline_fanout.graph.model.edges import GraphAndPosts
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.reader import TimelineEntry, TimelineReader
@@ -60,11 +61,11 @@ class AntiEntropy:
         posts = self._store.recent_posts(followees, self._cap)
         return frozenset(TimelineEntry.of(p).member for p in posts)
 
-    def seen(self, ref: ListRef, cached: frozenset[str]) -> frozenset[str]:
+    def seen(self, ref: ListRef, cached: MemberSet) -> frozenset[str]:
         """What a reader is shown of a cached list (for a timeline: the reader's own view, with
         the followees as the store holds them)."""
         if ref.kind is not ListKind.TIMELINE:
-            return cached
+            return frozen(cached)
         following = frozenset(self._store.all_members(ListRef(ListKind.FOLLOWING, ref.user)))
         return frozenset(e.member for e in self._reader.view(ref.user, cached, following))
 

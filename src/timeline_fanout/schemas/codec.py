@@ -12,6 +12,7 @@ is published from them as JSON Schema (json_schema.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,15 +195,21 @@ def encode_event(event: AnyEvent) -> bytes:
 
 
 def encode_event_reference(event: AnyEvent) -> bytes:
+    """``encode_event`` by pydantic and orjson; a chunk task's followers as a JSON array
+    whatever sequence holds them (the native core's ``Members`` among them)."""
+    if isinstance(event, FanoutTask) and type(event.followers) is not list:
+        event = event.model_copy(update={"followers": list(event.followers)})
     return orjson.dumps(event.model_dump(exclude_none=True))
 
 
 def fanout_task(
-    author: str, post_id: str, post_ts: int, chunk: int, followers: list[str]
+    author: str, post_id: str, post_ts: int, chunk: int, followers: Sequence[str]
 ) -> FanoutTask:
     """A chunk task of these fields, validated (``FanoutTask``'s rules and errors): checked by
-    the native core where it runs, then built without validating again; by the model where the
-    core does not run or does not pass them, so a refusal is always the model's own."""
+    the native core where it runs, then built without validating again (``Members`` from a
+    list's decode stay ``Members``: no ``str`` per follower); by the model where the core does
+    not run or does not pass them, on the followers as a list, so a refusal is always the
+    model's own."""
     if core is not None and core.valid_fanout_task(author, post_id, post_ts, chunk, followers):
         return FanoutTask.model_construct(
             type="fanout_task",
@@ -218,5 +225,7 @@ def fanout_task(
         post_id=post_id,
         post_ts=post_ts,
         chunk=chunk,
-        followers=followers,
+        followers=list(followers)
+        if core is not None and isinstance(followers, core.Members)
+        else followers,
     )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from timeline_fanout.schemas.ids import ID_ALPHABET, Id, charset, charset_schema
 
@@ -125,7 +126,9 @@ class FanoutTask(_Event):
     post_id: Id
     post_ts: Millis
     chunk: Count
-    followers: Annotated[list[Id], Field(max_length=MAX_CHUNK)]
+    # A sequence: the native core reads and writes it as ``Members`` (one buffer, no ``str``
+    # per follower: timeline_fanout/native_core.py); validation makes a list of any other.
+    followers: Annotated[Sequence[Id], Field(max_length=MAX_CHUNK), AfterValidator(list)]
 
 
 Event = Annotated[

@@ -21,6 +21,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from timeline_fanout.graph.lists.tokens import MemberSet
+
 MEMBER_OVERHEAD = 80
 
 
@@ -30,12 +32,10 @@ class DecodedLists:
         self._min_bytes = min_bytes
         self._held = 0
         # key -> (the items' values, the members, the bytes this entry is counted as)
-        self._lists: OrderedDict[bytes, tuple[tuple[bytes, ...], frozenset[str], int]] = (
-            OrderedDict()
-        )
+        self._lists: OrderedDict[bytes, tuple[tuple[bytes, ...], MemberSet, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: bytes, values: Sequence[bytes]) -> frozenset[str] | None:
+    def get(self, key: bytes, values: Sequence[bytes]) -> MemberSet | None:
         """The members decoded from exactly ``values`` (the head's shards, in order)."""
         with self._lock:
             kept = self._lists.get(key)
@@ -44,7 +44,7 @@ class DecodedLists:
             self._lists.move_to_end(key)
         return kept[1] if kept[0] == tuple(values) else None
 
-    def put(self, key: bytes, values: Sequence[bytes], members: frozenset[str]) -> None:
+    def put(self, key: bytes, values: Sequence[bytes], members: MemberSet) -> None:
         items = sum(len(v) for v in values)
         size = 2 * items + MEMBER_OVERHEAD * len(members)  # tokens' bytes ~ members' characters
         if items < self._min_bytes or size > self._max_bytes:

@@ -41,6 +41,7 @@ from timeline_fanout.graph.lists.token_lists import (
 )
 from timeline_fanout.graph.lists.tokens import (
     CorruptList,
+    MemberSet,
     compact_shards,
     decode,
     encode_members,
@@ -225,7 +226,7 @@ class ShardedLayout:
             return []
         return [] if idx.building else self._shards_of(key, idx)
 
-    def fetched(self, key: bytes, found: Mapping[bytes, Item]) -> frozenset[str] | None:
+    def fetched(self, key: bytes, found: Mapping[bytes, Item]) -> MemberSet | None:
         """A list's members from items someone else's multi-GET brought (its head and the
         shards the head names), when that is a committed, complete, clean list; None for
         anything else (absent, being built, a shard missing, corrupt, dirty, wasteful), which
@@ -276,7 +277,7 @@ class ShardedLayout:
                 self.stats.invalidations += 1
         return result
 
-    def _wasteful(self, keys: list[bytes], shards: list[Item], members: frozenset[str]) -> bool:
+    def _wasteful(self, keys: list[bytes], shards: list[Item], members: MemberSet) -> bool:
         if len(keys) < MIN_SHARDS_TO_REPACK:
             return False
         total = sum(len(s.value) for s in shards)

@@ -24,7 +24,13 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
 from timeline_fanout.graph.lists.shared_reads import SharedReads
-from timeline_fanout.graph.lists.tokens import Change, DecodedList, encode, split_tokens
+from timeline_fanout.graph.lists.tokens import (
+    Change,
+    DecodedList,
+    MemberSet,
+    encode,
+    split_tokens,
+)
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.fresh import SYSTEM, Fresh
 from timeline_fanout.graph.model.keys import KeySpace, ListKind, ListRef
@@ -60,7 +66,7 @@ class ReadRound:
     to read again (found broken and dropped), and those with an item on a server that is
     unavailable (to answer from the source, writing nothing)."""
 
-    found: dict[ListRef, frozenset[str]] = field(default_factory=dict)
+    found: dict[ListRef, MemberSet] = field(default_factory=dict)
     absent: list[ListRef] = field(default_factory=list)
     building: list[ListRef] = field(default_factory=list)
     again: list[ListRef] = field(default_factory=list)
@@ -277,7 +283,7 @@ class TokenLists(Generic[L]):
         fencing.invalidate(cache, keys)
         self.stats.invalidations += len(keys)
 
-    def rebuild_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str] | None]:
+    def rebuild_many(self, refs: Sequence[ListRef]) -> dict[ListRef, MemberSet | None]:
         """Build absent lists from the store through the fence: the members committed, or None
         where this client did not commit (another client holds the claim, the claim was
         broken, or the list began moving between servers), in which case the caller goes
@@ -297,7 +303,7 @@ class TokenLists(Generic[L]):
         # claims expire on copies only processes at the old version read.
         mine = list(compress(mine, self.cache.available([keys[ref] for ref in mine])))
         committed = self.layout.commit({keys[ref]: (gens[ref], snapshots[ref]) for ref in mine})
-        result: dict[ListRef, frozenset[str] | None] = dict.fromkeys(unique)
+        result: dict[ListRef, MemberSet | None] = dict.fromkeys(unique)
         for ref in mine:
             if keys[ref] in committed:
                 result[ref] = frozenset(snapshots[ref].members)
@@ -308,17 +314,17 @@ class TokenLists(Generic[L]):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def read(self, ref: ListRef) -> frozenset[str]:
+    def read(self, ref: ListRef) -> MemberSet:
         return self.read_many([ref])[ref]
 
-    def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+    def read_many(self, refs: Sequence[ListRef]) -> dict[ListRef, MemberSet]:
         """Every list in one pass per round (multi-GETs with CAS ids, so that a dirty list is
         compacted without another read); absent lists are built from the source. A list that
         another client is building is waited for a little, then read from the store. A list
         with an item on an unavailable server (memcache/trust.py), or moving between servers
         (memcache/ring.py), is answered from the source and nothing is written for it: exact,
         at the cost of a store read."""
-        result: dict[ListRef, frozenset[str]] = {}
+        result: dict[ListRef, MemberSet] = {}
         todo = list(dict.fromkeys(refs))
         for attempt in range(BUILD_WAIT_ROUNDS + MAX_WRITE_ATTEMPTS):
             if not todo:
@@ -357,19 +363,19 @@ class TokenLists(Generic[L]):
             self.stats.store_reads += 1
         return result
 
-    def _from_source(self, refs: Sequence[ListRef], result: dict[ListRef, frozenset[str]]) -> None:
+    def _from_source(self, refs: Sequence[ListRef], result: dict[ListRef, MemberSet]) -> None:
         """Lists whose server is unavailable, from the source, with nothing written."""
         for ref in refs:
             result[ref] = self._from_store(ref)
         self.stats.degraded_reads += len(refs)
 
-    def _from_store(self, ref: ListRef) -> frozenset[str]:
+    def _from_store(self, ref: ListRef) -> MemberSet:
         """``ref``'s members from the source, by a query shared with concurrent readers of the
         same list (no herd on the store while its server is down)."""
         source = self.source
         return frozenset(self.shared.read(ref, lambda: source.snapshot(ref)).members)
 
-    def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, frozenset[str]]:
+    def cached_many(self, refs: Sequence[ListRef]) -> dict[ListRef, MemberSet]:
         """What the cache holds for each list that is cached and not being built; nothing is
         rebuilt (anti-entropy compares this with the store)."""
         return self.layout.read_round(list(dict.fromkeys(refs))).found

@@ -16,9 +16,9 @@ every list read: the common add-only case runs at C speed (one regex substitutio
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from timeline_fanout.native_core import core
 
@@ -112,10 +112,47 @@ def split_tokens(data: bytes, limit: int) -> list[bytes]:
     return pieces
 
 
-@dataclass(frozen=True, slots=True)
+class MemberSet(Protocol):
+    """A list's members as a read answers them: each once, in no promised order. The
+    reference's is a ``frozenset`` of ``str``; the native core's is ``Members`` (one buffer for
+    all members: a ``str`` is made only for a member taken one by one, and a ``frozenset`` on
+    the first membership test, then kept), so that a fan-out passes a million followers on to
+    chunk tasks and timeline keys without a Python object per follower."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __contains__(self, member: object, /) -> bool: ...
+
+
+def in_sequence(members: MemberSet) -> Sequence[str]:
+    """The members as a sequence to cut into parts and pass on: ``Members`` as they are (no
+    ``str`` per member), any other set as a list."""
+    return members if isinstance(members, Sequence) else list(members)
+
+
+def frozen(members: MemberSet) -> frozenset[str]:
+    """The members as a ``frozenset``, for set algebra: a ``frozenset`` itself, ``Members``'
+    own (built on first use, then kept with them), any other set copied."""
+    if isinstance(members, frozenset):
+        return members
+    if core is not None and isinstance(members, core.Members):
+        return members.frozen()
+    return frozenset(members)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class DecodedList:
-    members: frozenset[str]
+    members: MemberSet
     tokens: int
+
+    def __eq__(self, other: object) -> bool:
+        """The same members (as sets: ``Members`` keep the order they were decoded in, a
+        ``frozenset`` none) and the same number of tokens."""
+        if not isinstance(other, DecodedList):
+            return NotImplemented
+        return self.tokens == other.tokens and frozen(self.members) == frozen(other.members)
 
     @property
     def dead(self) -> int:

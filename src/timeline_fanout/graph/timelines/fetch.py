@@ -60,6 +60,7 @@ from typing import NamedTuple
 
 from timeline_fanout.graph.lists.capped import CappedLists
 from timeline_fanout.graph.lists.sharded import ShardedLists
+from timeline_fanout.graph.lists.tokens import frozen
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.graph.timelines.celebrity_posts import CelebrityPosts
 from timeline_fanout.graph.timelines.plan import Plan, blocking, multi_get
@@ -190,11 +191,12 @@ class TimelineFetch:
             # Not the head remembered: its shards are read now, after it (the plain protocol).
             shards = yield from multi_get(self._lists.layout.named_shards(list_key, head.value))
             list_items = {list_key: head, **shards}
-        following = self._lists.layout.fetched(list_key, list_items)
-        accepted = None if following is None or head is None else head.value
-        if following is None:
+        fetched = self._lists.layout.fetched(list_key, list_items)
+        accepted = None if fetched is None or head is None else head.value
+        if fetched is None:
             lists = self._lists
-            following = yield from blocking("a following list", lambda: lists.read(following_ref))
+            fetched = yield from blocking("a following list", lambda: lists.read(following_ref))
+        following = frozen(fetched)
 
         celebrities = sorted(
             (yield from self._celebrity_posts.celebrity_set(user, found)) & following
