@@ -32,6 +32,13 @@ os.environ["FANOUT_HOME"] = _HOME  # before anything reads settings
 # container the tests start is removed by the `with` block that started it.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
+import hypothesis  # noqa: E402
+
+# Hypothesis fails an example slower than 200 ms by default: a wall-clock bound, which a loaded
+# machine breaks at random. Properties are asserted here; timing lives in bench/.
+hypothesis.settings.register_profile("fanout", deadline=None)
+hypothesis.settings.load_profile("fanout")
+
 from tests import leftover_servers  # noqa: E402
 from tests.held_ring import own_trust  # noqa: E402
 from timeline_fanout.cli.settings import Settings, environment  # noqa: E402

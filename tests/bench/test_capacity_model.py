@@ -60,7 +60,7 @@ def test_every_resource_is_monotone_in_users() -> None:
     assert plans[-1].cache_gb > plans[0].cache_gb
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(10_000, 2_000_000_000), st.floats(1.01, 3.0))
 def test_more_users_never_need_less(users: int, more: float) -> None:
     small, big = twitter(users), twitter(int(users * more))

@@ -136,7 +136,7 @@ USER_REMOVED = {"type": "user_removed", "user": "u1"}
 TASK = {"type": "fanout_task", "author": "a", "post_id": "p", "post_ts": 1, "chunk": 0}
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(events(), FRAMINGS)
 @example({**USER_REMOVED, "ts": 1.0}, "plain")  # integral floats are integers
 @example({**USER_REMOVED, "ts": 1e3, "v": 1.0}, "plain")

@@ -26,7 +26,6 @@ STAR = "s"  # a celebrity: never fanned out, merged at read time
 Step = tuple[str, str]
 FEW_EXAMPLES = examples_settings(
     max_examples=15,
-    deadline=None,
     # Each example makes its own namespace and store from the test's fixtures.
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
