@@ -51,6 +51,17 @@ def key_on(cache: MemcacheCluster, server: str) -> bytes:
     return next(k for k in (b"k%d" % i for i in range(10_000)) if cache.server_for(k) == server)
 
 
+def pipes_of(pipe: type[ServerPipe]) -> Callable[[str], ServerPipe]:
+    """A connection factory (``MemcacheCluster(connect=...)``) making ``pipe``s to the named
+    server, with the test's timeout."""
+
+    def connect(node: str) -> ServerPipe:
+        host, port = node.rsplit(":", 1)
+        return pipe(host, int(port), QUICK.timeout_s)
+
+    return connect
+
+
 class Clock:
     """A reader's clock, moved by the test: the lease it checked before a request runs out
     while the request is under way (as when another server hangs meanwhile)."""
@@ -85,14 +96,10 @@ def test_a_reply_that_outlived_its_lease_is_dropped_when_its_epoch_was_revoked(
             if late:
                 clock.now += 5.0
 
-    def connect(node: str) -> ServerPipe:
-        host, port = node.rsplit(":", 1)
-        return LatePipe(host, int(port), QUICK.timeout_s)
-
     reader = MemcacheCluster(
         [address for _, address in three],
         trust=process_trust(names(three), register, QUICK, 1.0, clock),
-        connect=connect,
+        connect=pipes_of(LatePipe),
     )
     assert reader.get_many([key]) == {key: b"before"}  # a lease on the record
     # The writer missed a write on the victim: its epoch is revoked in the register and the
@@ -140,14 +147,10 @@ def test_replies_a_server_gave_before_failing_mid_read_are_dropped_once_its_epoc
                 raise CacheUnavailable(f"memcached {self.name}: killed")
             super().send(payload)
 
-    def connect(node: str) -> ServerPipe:
-        host, port = node.rsplit(":", 1)
-        return LateThenFailing(host, int(port), QUICK.timeout_s)
-
     reader = MemcacheCluster(
         [address for _, address in three],
         trust=process_trust(names(three), register, QUICK, 1.0, clock),
-        connect=connect,
+        connect=pipes_of(LateThenFailing),
     )
     assert reader.get_many(keys[:1]) == {keys[0]: b"before"}  # a lease on the record
     armed.append("late")
@@ -341,12 +344,11 @@ def test_a_write_answered_while_another_thread_marked_its_server_down_stands(
                 trust.mark_down(victim)  # as another thread would, between send and reply
             return replies
 
-    def connect(node: str) -> ServerPipe:
-        host, port = node.rsplit(":", 1)
-        return MarkedDownMidReply(host, int(port), QUICK.timeout_s)
-
     writer = MemcacheCluster(
-        [address for _, address in three], trust=trust, connect=connect, sleep=lambda s: None
+        [address for _, address in three],
+        trust=trust,
+        connect=pipes_of(MarkedDownMidReply),
+        sleep=lambda s: None,
     )
     key = key_on(writer, victim)
     before = register.record
