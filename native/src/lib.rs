@@ -320,20 +320,46 @@ fn winners<'py>(
     prefixes: Vec<Vec<u8>>,
     keys: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
+    placed(py, &prefixes, keys, |family| family)
+}
+
+/// `ring.place` under `ring.leading_parts`: each key's owner, found from its family without
+/// making that family (`KeySpace.families` then `winners` in one pass); `None` where
+/// `winners` would answer it.
+#[pyfunction]
+fn place<'py>(
+    py: Python<'py>,
+    prefixes: Vec<Vec<u8>>,
+    keys: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    placed(py, &prefixes, keys, meta::family)
+}
+
+/// The owner of the family `family_of` finds in each key, for `winners` and `place`.
+fn placed<'py>(
+    py: Python<'py>,
+    prefixes: &[Vec<u8>],
+    keys: &Bound<'py, PyAny>,
+    family_of: fn(&[u8]) -> &[u8],
+) -> PyResult<Option<Bound<'py, PyList>>> {
     let Ok(keys) = keys.cast_exact::<PyList>() else {
         return Ok(None);
     };
     if prefixes.is_empty() {
         return Ok(None);
     }
-    let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+    let seeds: Vec<meta::Seed> = prefixes.iter().map(|p| meta::Seed::new(p)).collect();
     let mut owners = Vec::with_capacity(keys.len());
     let mut scratch = Vec::with_capacity(64);
     for key in keys.iter() {
         let Ok(key) = key.cast_exact::<PyBytes>() else {
             return Ok(None);
         };
-        owners.push(meta::winner(&prefixes, key.as_bytes(), &mut scratch));
+        owners.push(meta::winner(
+            &seeds,
+            family_of(key.as_bytes()),
+            &mut scratch,
+        ));
     }
     PyList::new(py, owners).map(Some)
 }
@@ -386,6 +412,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(take_values, m)?)?;
     m.add_function(wrap_pyfunction!(by_owner, m)?)?;
     m.add_function(wrap_pyfunction!(winners, m)?)?;
+    m.add_function(wrap_pyfunction!(place, m)?)?;
     m.add_function(wrap_pyfunction!(families, m)?)?;
     Ok(())
 }

@@ -5,30 +5,72 @@
 //! plain length and time to live); anything else is left to the reference, which takes it or
 //! raises its own error from the same position.
 
-/// MurmurHash3's x86 32-bit hash with seed 0 (`mmh3.mmh3_32_uintdigest`), which places keys.
-pub fn murmur3_32(data: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mix = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-    let mut h: u32 = 0;
-    let mut blocks = data.chunks_exact(4);
-    for block in &mut blocks {
+// MurmurHash3's x86 32-bit hash with seed 0 (`mmh3.mmh3_32_uintdigest`), which places keys,
+// cut in two so a node's prefix is hashed once (`Seed`).
+const C1: u32 = 0xcc9e_2d51;
+const C2: u32 = 0x1b87_3593;
+
+fn mix(k: u32) -> u32 {
+    k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2)
+}
+
+/// The hash state `h` carried through `data`'s whole 4-byte blocks, and the bytes left over.
+fn blocks(mut h: u32, data: &[u8]) -> (u32, &[u8]) {
+    let mut whole = data.chunks_exact(4);
+    for block in &mut whole {
         h ^= mix(u32::from_le_bytes([block[0], block[1], block[2], block[3]]));
         h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
     }
-    let tail = blocks.remainder();
+    (h, whole.remainder())
+}
+
+/// The hash of `len` bytes whose whole blocks left state `h` and `tail` (under 4 bytes).
+fn finish(mut h: u32, tail: &[u8], len: usize) -> u32 {
     if !tail.is_empty() {
         h ^= mix(tail
             .iter()
             .rev()
             .fold(0, |k, byte| (k << 8) | u32::from(*byte)));
     }
-    h ^= data.len() as u32;
+    h ^= len as u32;
     h ^= h >> 16;
     h = h.wrapping_mul(0x85eb_ca6b);
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
     h ^ (h >> 16)
+}
+
+/// A node's `{node}-` prefix hashed through its whole blocks once: every family's score for
+/// that node starts from there, so a batch hashes only each family (and the prefix's last
+/// 0-3 bytes) per node. `score(f) == murmur3_32(prefix + f)`.
+pub struct Seed {
+    state: u32,
+    rest: Vec<u8>,
+    len: usize,
+}
+
+impl Seed {
+    pub fn new(prefix: &[u8]) -> Self {
+        let (state, rest) = blocks(0, prefix);
+        Seed {
+            state,
+            rest: rest.to_vec(),
+            len: prefix.len(),
+        }
+    }
+
+    fn score(&self, family: &[u8], scratch: &mut Vec<u8>) -> u32 {
+        let data = if self.rest.is_empty() {
+            family
+        } else {
+            scratch.clear();
+            scratch.extend_from_slice(&self.rest);
+            scratch.extend_from_slice(family);
+            scratch.as_slice()
+        };
+        let (h, tail) = blocks(self.state, data);
+        finish(h, tail, self.len + family.len())
+    }
 }
 
 /// `KeySpace.families` for one key: its first three `|`-separated parts if it has two `|` or more, else its
@@ -46,15 +88,12 @@ pub fn family(key: &[u8]) -> &[u8] {
     }
 }
 
-/// The index of a family's owner among `prefixes` (each node's `{node}-`, the nodes sorted):
+/// The index of a family's owner among `seeds` (each node's `{node}-`, the nodes sorted):
 /// the greatest hash of prefix and family, a tie to the later node. `scratch` is reused.
-pub fn winner(prefixes: &[&[u8]], family: &[u8], scratch: &mut Vec<u8>) -> usize {
+pub fn winner(seeds: &[Seed], family: &[u8], scratch: &mut Vec<u8>) -> usize {
     let mut best = (0, 0);
-    for (rank, prefix) in prefixes.iter().enumerate() {
-        scratch.clear();
-        scratch.extend_from_slice(prefix);
-        scratch.extend_from_slice(family);
-        let score = murmur3_32(scratch);
+    for (rank, seed) in seeds.iter().enumerate() {
+        let score = seed.score(family, scratch);
         if rank == 0 || score >= best.0 {
             best = (score, rank);
         }
@@ -165,6 +204,11 @@ pub fn next_reply(buf: &[u8], pos: usize, writable: bool) -> Step<'_> {
 mod tests {
     use super::*;
 
+    fn murmur3_32(data: &[u8]) -> u32 {
+        let (h, tail) = blocks(0, data);
+        finish(h, tail, data.len())
+    }
+
     fn taken(step: Step<'_>) -> Option<usize> {
         match step {
             Step::Taken(_, next) => Some(next),
@@ -176,6 +220,24 @@ mod tests {
     fn murmur3_is_mmh3s() {
         assert_eq!(murmur3_32(b"abc"), 3_017_643_002);
         assert_eq!(murmur3_32(b""), 0);
+    }
+
+    #[test]
+    fn a_seed_scores_as_its_prefix_hashed_with_the_family() {
+        let mut scratch = Vec::new();
+        for prefix in [
+            &b""[..],
+            b"x-",
+            b"m4:11211-",
+            b"10.0.0.3:1-",
+            b"127.0.0.1:11211-",
+        ] {
+            let seed = Seed::new(prefix);
+            for family in [&b""[..], b"a", b"tf|tl|f1", b"ns|tl|1000000000000000001"] {
+                let whole = [prefix, family].concat();
+                assert_eq!(seed.score(family, &mut scratch), murmur3_32(&whole));
+            }
+        }
     }
 
     #[test]

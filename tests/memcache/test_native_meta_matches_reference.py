@@ -2,8 +2,9 @@
 memcached's form, cut anywhere or corrupt, ``take_values`` (the native core, handing back what
 it does not decide) takes the same items, stops at the same position asking for the same bytes,
 or raises the same error as ``take_values_reference``; ``KeySpace.families`` names any batch's
-families as ``families_reference`` does, ``winners`` places any batch of families as
-``winners_reference`` does, and ``by_owner`` splits any batch as
+families as ``families_reference`` does, ``winners`` places any batch of families (and
+``place`` any batch of keys under them) as ``winners_reference`` does, for nodes of any name,
+and ``by_owner`` splits any batch as
 ``by_owner_reference`` does. Each also checks that the core decides what memcached writes, every
 batch of keys and every batch a placement splits, itself."""
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timeline_fanout.graph.model.keys import KeySpace
-from timeline_fanout.memcache.ring import MOVED, winners, winners_reference
+from timeline_fanout.memcache.ring import MOVED, place, winners, winners_reference
 from timeline_fanout.memcache.router import by_owner, by_owner_reference
 from timeline_fanout.memcache.wire import Item, take_values, take_values_reference
 from timeline_fanout.native_core import core
@@ -138,8 +139,11 @@ def test_the_core_splits_every_placed_batch(batch: tuple[int, list[int]]) -> Non
     assert core.by_owner(owned, count, column) == by_owner_reference(owned, count, column)
 
 
+# Node names of every length modulo 4: the core hashes a node's prefix through its whole
+# blocks once and carries on from there with each key.
 rings = st.lists(
-    st.sampled_from(["127.0.0.1:11211", "127.0.0.1:11212", "10.0.0.3:1", "m4:11211", "x"]),
+    st.sampled_from(["127.0.0.1:11211", "127.0.0.1:11212", "10.0.0.3:1", "m4:11211", "x"])
+    | st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=24),
     min_size=1,
     max_size=4,
     unique=True,
@@ -155,6 +159,13 @@ placed_keys = st.lists(
 def placed(ring: list[str], keys: object) -> tuple[str, object]:
     try:
         return ("owners", winners(ring, KeySpace.families(keys)))  # type: ignore[arg-type]
+    except TypeError as exc:
+        return ("error", str(exc))
+
+
+def placed_at_once(ring: list[str], keys: object) -> tuple[str, object]:
+    try:
+        return ("owners", place(ring, keys, KeySpace.families))  # type: ignore[arg-type]
     except TypeError as exc:
         return ("error", str(exc))
 
@@ -188,6 +199,7 @@ def test_native_families_match_the_reference_for_any_keys(keys: object) -> None:
 )
 def test_native_winners_match_the_reference_for_any_keys(ring: list[str], keys: object) -> None:
     assert placed(ring, keys) == placed_reference(ring, keys)
+    assert placed_at_once(ring, keys) == placed_reference(ring, keys)
 
 
 @given(rings, placed_keys)
@@ -196,3 +208,4 @@ def test_the_core_places_every_batch_of_keys(ring: list[str], keys: list[bytes])
     prefixes = [node.encode("ascii") + b"-" for node in ring]
     families = KeySpace.families_reference(keys)
     assert core.winners(prefixes, families) == winners_reference(ring, families)
+    assert core.place(prefixes, keys) == winners_reference(ring, families)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import threading
 import time
 import weakref
@@ -66,6 +67,9 @@ __all__ = [
     "RingSource",
     "RingView",
     "ServerEpoch",
+    "leading_parts",
+    "leading_parts_reference",
+    "place",
     "whole_keys",
     "winners",
     "winners_reference",
@@ -88,6 +92,29 @@ Families = Callable[[Sequence[bytes]], list[bytes]]
 def whole_keys(keys: Sequence[bytes]) -> list[bytes]:
     """Every key its own family: a client that knows nothing of its keys' grammar."""
     return list(keys)
+
+
+# A key's family under ``leading_parts``, matched from its start: the first three parts of a
+# key with two separators or more, else the part before its first separator (the whole key if
+# it has none).
+_LEADING_PARTS = re.compile(rb"[^|]*\|[^|]*\|[^|]*|[^|]*")
+
+
+def leading_parts(keys: Sequence[bytes]) -> list[bytes]:
+    """Each key's first three ``|``-separated parts (``{ns}|{kind}|{user}``: the product's key
+    space, graph/model/keys.py, so a list's head, shards and counters, and every item named
+    after a user, are on one server and move together). A key with one separator is placed by
+    its first part, and one with none by itself. Every process must place every key alike, so
+    this stays as keys have always been placed. By the native core where it runs (a key that
+    is its own family comes back as itself); ``place`` finds owners under it without making
+    the families at all."""
+    if core is not None and (found := core.families(keys)) is not None:
+        return found
+    return leading_parts_reference(keys)
+
+
+def leading_parts_reference(keys: Sequence[bytes]) -> list[bytes]:
+    return list(map(re.Match.group, map(_LEADING_PARTS.match, keys)))  # type: ignore[arg-type]
 
 
 class EpochState(enum.Enum):
@@ -277,7 +304,7 @@ class Placement:
     def owners(self, keys: Sequence[bytes]) -> list[int]:
         """The index in ``nodes`` of each key's server, or ``MOVED``."""
         if self._afresh:
-            return winners(self.nodes, self.families(keys))
+            return place(self.nodes, keys, self.families)
         placed = self._placed
         found = list(map(placed.get, keys))
         if None not in found:
@@ -326,9 +353,9 @@ class Placement:
         """Owners at C level, one pass per version (a fan-out places every follower's
         timeline key): each version's owner of each family, then per key the run of versions
         its current owner has held it for, which names it."""
-        by = self.families(keys)
         if len(self.record.rings) == 1:  # one version: no history to walk, no names to mark
-            return winners(self.nodes, by)
+            return place(self.nodes, keys, self.families)
+        by = self.families(keys)
         record = self.record
         now = _owned(record.servers, by)
         owners = list(map(self._index.__getitem__, now))
@@ -356,6 +383,17 @@ class Placement:
 def _owned(ring: Sequence[str], families: list[bytes]) -> list[str]:
     """Each family's owner in ``ring``, by name."""
     return list(map(ring.__getitem__, winners(ring, families)))
+
+
+def place(ring: Sequence[str], keys: Sequence[bytes], families: Families) -> list[int]:
+    """Each key's owner in ``ring`` (sorted) under ``families``, as its index there: under
+    ``leading_parts`` the native core finds each key's family and its owner in one pass (a
+    cold fan-out places a million keys); otherwise ``winners`` of the families."""
+    if core is not None and families is leading_parts:
+        prefixes = [node.encode("ascii") + b"-" for node in ring]
+        if (found := core.place(prefixes, keys)) is not None:
+            return found
+    return winners(ring, families(keys))
 
 
 def winners(ring: Sequence[str], families: list[bytes]) -> list[int]:

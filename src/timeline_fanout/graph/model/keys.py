@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from timeline_fanout.memcache.ring import leading_parts, leading_parts_reference
 from timeline_fanout.native_core import core
 from timeline_fanout.schemas import all_valid_ids, is_valid_id
 
@@ -30,10 +31,6 @@ COUNT_LEASES = "cl"
 # memcached keys: printable ASCII without spaces, at most 250 bytes. The namespace is a setting,
 # not user input, but it is checked all the same: it must not hold the separator.
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,32}")
-# A key's family (``KeySpace.families``), matched from its start: the first three parts of a
-# key with two separators or more, else the part before its first separator (the whole key if
-# it has none).
-_FAMILY = re.compile(rb"[^|]*\|[^|]*\|[^|]*|[^|]*")
 
 
 class ListKind(enum.Enum):
@@ -56,22 +53,10 @@ class ListRef(NamedTuple):
 class KeySpace:
     """Builds every key of one namespace, and says how the cache places them (``families``)."""
 
-    @staticmethod
-    def families(keys: Sequence[bytes]) -> list[bytes]:
-        """The key each key is placed by (memcache/ring.py, ``Families``): its first three
-        parts, ``{ns}|{kind}|{user}``, so a list's head, shards and counters, and every item
-        named after a user, are on one server and move together. A key with one separator is
-        placed by its first part, and one with none by itself. Every process must place every
-        key alike, so this stays as keys have always been placed. At C level: a cold fan-out
-        places a million keys, and by the native core where it runs (a key that is its own
-        family comes back as itself)."""
-        if core is not None and (found := core.families(keys)) is not None:
-            return found
-        return KeySpace.families_reference(keys)
-
-    @staticmethod
-    def families_reference(keys: Sequence[bytes]) -> list[bytes]:
-        return list(map(re.Match.group, map(_FAMILY.match, keys)))  # type: ignore[arg-type]
+    # How the cache places keys (memcache/ring.py): by their first three parts, so every key
+    # named after one user (a list's head, shards and counters) is on one server.
+    families = staticmethod(leading_parts)
+    families_reference = staticmethod(leading_parts_reference)
 
     def __init__(self, namespace: str) -> None:
         if not _NAMESPACE_RE.fullmatch(namespace):
