@@ -15,19 +15,33 @@ mod meta;
 mod tasks;
 mod tokens;
 
-use members::Members;
+use members::{Buffer, MemberList, Members};
+
+/// Servers a batch is split over here, at most (a count past it is the reference's).
+const SERVERS_LIMIT: u64 = 1 << 16;
 
 /// `wire.NOT_READ`: the time to live of an item read without it.
 const NOT_READ: i64 = -2;
 
 /// `tokens.decode` of the shards joined by a space: `(members, tokens)`, the members as
 /// `Members` (each once, no `str` made), or `None` where the reference must decide (see the
-/// module's doc). A `ValueError` carries the reference's message for a corrupt list.
+/// module's doc; shards that are no exact list of exact `bytes` among them). A `ValueError`
+/// carries the reference's message for a corrupt list.
 #[pyfunction]
 fn decode_list<'py>(
     py: Python<'py>,
-    chunks: Vec<Bound<'py, PyBytes>>,
+    chunks: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(Bound<'py, Members>, usize)>> {
+    let Ok(chunks) = chunks.cast_exact::<PyList>() else {
+        return Ok(None);
+    };
+    let Some(chunks) = chunks
+        .iter()
+        .map(|c| c.cast_into_exact::<PyBytes>().ok())
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
     let mut data = Vec::with_capacity(chunks.iter().map(|c| c.as_bytes().len() + 1).sum());
     for (i, chunk) in chunks.iter().enumerate() {
         if i > 0 {
@@ -46,10 +60,10 @@ fn decode_list<'py>(
     };
     let (members, count) = decoded;
     // Every member is ASCII (checked by `decode`).
-    let Some(members) = Members::distinct(members.into_iter()) else {
+    let Some(members) = Buffer::distinct(members.into_iter()) else {
         return Ok(None);
     };
-    Ok(Some((Bound::new(py, members)?, count)))
+    Ok(Some((Bound::new(py, Members::new(members))?, count)))
 }
 
 /// `KeySpace._user_keys`: `prefix + user` as bytes for every user, or `None` when any user is
@@ -62,8 +76,13 @@ fn user_keys<'py>(
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     let mut keys: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(users.len().unwrap_or(0));
     let mut key = Vec::with_capacity(prefix.len() + 64);
-    if let Ok(members) = users.cast::<Members>() {
-        for user in members.get().iter() {
+    let buffer = match (users.cast::<MemberList>(), users.cast::<Members>()) {
+        (Ok(list), _) => Some(list.get().buffer()),
+        (_, Ok(set)) => Some(set.get().buffer()),
+        _ => None,
+    };
+    if let Some(buffer) = buffer {
+        for user in buffer.iter() {
             if !tokens::valid_id(user) {
                 return Ok(None);
             }
@@ -74,7 +93,10 @@ fn user_keys<'py>(
         }
         return Ok(Some(PyList::new(py, keys)?));
     }
-    for user in users.try_iter()? {
+    let Ok(users) = users.try_iter() else {
+        return Ok(None);
+    };
+    for user in users {
         let user = user?;
         let Ok(user) = user.cast::<PyString>() else {
             return Ok(None);
@@ -105,9 +127,9 @@ fn int_below(value: &Bound<'_, PyAny>, limit: u64) -> Option<u64> {
     int.extract::<u64>().ok().filter(|v| *v < limit)
 }
 
-/// A task's followers as given: `Members` or an exact list of exact `str`s.
+/// A task's followers as given: a `MemberList` or an exact list of exact `str`s.
 enum Followers<'py> {
-    Members(Bound<'py, Members>),
+    Members(Bound<'py, MemberList>),
     Strings(Vec<Bound<'py, PyString>>),
 }
 
@@ -117,6 +139,7 @@ impl Followers<'_> {
         let ids: Vec<&str> = match self {
             Followers::Members(members) => members
                 .get()
+                .buffer()
                 .iter()
                 .map(|m| std::str::from_utf8(m).ok())
                 .collect::<Option<_>>()?,
@@ -131,9 +154,9 @@ impl Followers<'_> {
     }
 }
 
-/// The followers of a task when they are `Members` or an exact list of exact `str`s.
+/// The followers of a task when they are a `MemberList` or an exact list of exact `str`s.
 fn followers_of<'py>(followers: &Bound<'py, PyAny>) -> Option<Followers<'py>> {
-    if let Ok(members) = followers.cast_exact::<Members>() {
+    if let Ok(members) = followers.cast_exact::<MemberList>() {
         return Some(Followers::Members(members.clone()));
     }
     let list = followers.cast_exact::<PyList>().ok()?;
@@ -198,18 +221,29 @@ fn write_fanout_task<'py>(
     Some(PyBytes::new(py, &tasks::write(&task)))
 }
 
-type TaskFields<'py> = (String, u64, String, String, u64, u64, Bound<'py, Members>);
+type TaskFields<'py> = (
+    String,
+    u64,
+    String,
+    String,
+    u64,
+    u64,
+    Bound<'py, MemberList>,
+);
 
 /// A chunk task's fields from a payload in the publisher's form with every rule met:
-/// `(event_id, ts, author, post_id, post_ts, chunk, followers)`, the followers as `Members`
-/// (in order, repeats kept); `None` for any other payload.
+/// `(event_id, ts, author, post_id, post_ts, chunk, followers)`, the followers as a
+/// `MemberList` (in order, repeats kept); `None` for any other payload.
 #[pyfunction]
 fn read_fanout_task<'py>(py: Python<'py>, payload: &[u8]) -> PyResult<Option<TaskFields<'py>>> {
     let Some(task) = tasks::read(payload) else {
         return Ok(None);
     };
-    let members = Members::of(task.followers.iter().map(|f| f.as_bytes()), false);
-    let followers = Bound::new(py, members.expect("a task is far below 4 GiB"))?;
+    let members = Buffer::of(task.followers.iter().map(|f| f.as_bytes()));
+    let followers = Bound::new(
+        py,
+        MemberList::new(members.expect("a task is far below 4 GiB")),
+    )?;
     Ok(Some((
         task.event_id.to_owned(),
         task.ts,
@@ -366,17 +400,20 @@ fn placed<'py>(
 
 /// `executor.by_owner`: `column` split by `owners` (each entry's server, as an index) into
 /// `count` lists, each in the column's order; an entry whose owner is no index below `count`
-/// (`ring.MOVED`) goes to none. `None` unless both are exact lists and every owner an exact
-/// `int`: the reference splits anything else.
+/// (`ring.MOVED`) goes to none. `None` unless both are exact lists, every owner an exact
+/// `int` and `count` one below `SERVERS_LIMIT`: the reference splits anything else.
 #[pyfunction]
 fn by_owner<'py>(
     py: Python<'py>,
     owners: &Bound<'py, PyAny>,
-    count: usize,
+    count: &Bound<'py, PyAny>,
     column: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Vec<Bound<'py, PyList>>>> {
     let (Ok(owners), Ok(column)) = (owners.cast_exact::<PyList>(), column.cast_exact::<PyList>())
     else {
+        return Ok(None);
+    };
+    let Some(count) = int_below(count, SERVERS_LIMIT).map(|c| c as usize) else {
         return Ok(None);
     };
     let each = owners.len() / count.max(1) + 1;
@@ -404,6 +441,7 @@ fn by_owner<'py>(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Members>()?;
+    m.add_class::<MemberList>()?;
     m.add_function(wrap_pyfunction!(decode_list, m)?)?;
     m.add_function(wrap_pyfunction!(user_keys, m)?)?;
     m.add_function(wrap_pyfunction!(valid_fanout_task, m)?)?;

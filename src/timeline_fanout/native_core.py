@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from timeline_fanout._native import MemberList as CompactMemberList
     from timeline_fanout._native import Members as CompactMembers
 
 ENV = "FANOUT_NATIVE"
@@ -31,6 +33,7 @@ class NativeCore(Protocol):
     """The native module's type and functions (stubbed in ``_native.pyi``)."""
 
     Members: type[CompactMembers]
+    MemberList: type[CompactMemberList]
 
     def decode_list(self, chunks: list[bytes], /) -> tuple[CompactMembers, int] | None: ...
 
@@ -55,7 +58,7 @@ class NativeCore(Protocol):
 
     def read_fanout_task(
         self, payload: bytes, /
-    ) -> tuple[str, int, str, str, int, int, CompactMembers] | None: ...
+    ) -> tuple[str, int, str, str, int, int, CompactMemberList] | None: ...
 
     def take_values(
         self,
@@ -90,7 +93,9 @@ def _load() -> NativeCore | None:
         if wanted == "1":
             raise
         return None
-    Sequence.register(_native.Members)  # a sequence of str, as random.sample and callers ask
+    # Each is what its reference is to ``isinstance``: a set of str, a sequence of str.
+    AbstractSet.register(_native.Members)
+    Sequence.register(_native.MemberList)
     return _native
 
 

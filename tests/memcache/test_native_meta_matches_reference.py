@@ -122,7 +122,7 @@ columns = st.lists(st.binary(max_size=3), max_size=20)
 
 @given(
     st.lists(owners, max_size=20),
-    st.integers(0, 4),
+    st.integers(-2, 4),
     columns | columns.map(tuple),
 )
 def test_native_by_owner_matches_the_reference_for_any_batch(

@@ -6,7 +6,9 @@ error."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from collections.abc import Callable
 
 import pytest
@@ -15,7 +17,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from timeline_fanout.native_core import core
-from timeline_fanout.schemas import EventDecodeError, FanoutTask, decode_event, encode_event
+from timeline_fanout.schemas import (
+    EventDecodeError,
+    FanoutTask,
+    decode_event,
+    encode_event,
+    validate_event,
+)
 from timeline_fanout.schemas.codec import (
     decode_event_reference,
     encode_event_reference,
@@ -142,6 +150,28 @@ def built(fields: dict[str, object], build: Callable[..., FanoutTask]) -> tuple[
 def test_native_task_builder_matches_the_model(fields: dict[str, object]) -> None:
     reference = built(fields, lambda **f: FanoutTask(type="fanout_task", **f))
     assert built(fields, fanout_task) == reference
+
+
+def test_a_built_task_keeps_its_followers_when_the_callers_list_changes() -> None:
+    followers = ["f1", "f2"]
+    task = fanout_task("a", "p", 5, 0, followers)
+    followers[0] = "not an id!"
+    followers.append("f3")
+    assert list(task.followers) == ["f1", "f2"]
+    assert decode_event(encode_event(task.with_envelope())).followers == ["f1", "f2"]
+
+
+def test_a_task_read_by_the_core_dumps_copies_and_validates_as_the_models_own() -> None:
+    task = FanoutTask(
+        type="fanout_task", author="a", post_id="p", post_ts=5, chunk=0, followers=["f1", "f1"]
+    ).with_envelope(7)
+    data = encode_event_reference(task)
+    read, reference = decode_event(data), decode_event_reference(data)
+    assert read == reference
+    assert read.model_dump() == reference.model_dump()
+    assert read.model_dump_json() == reference.model_dump_json()
+    assert validate_event(read.model_dump()) == reference
+    assert copy.deepcopy(read) == pickle.loads(pickle.dumps(read)) == reference
 
 
 def test_the_core_reads_and_writes_the_publishers_tasks() -> None:

@@ -196,9 +196,7 @@ def encode_event(event: AnyEvent) -> bytes:
 
 def encode_event_reference(event: AnyEvent) -> bytes:
     """``encode_event`` by pydantic and orjson; a chunk task's followers as a JSON array
-    whatever sequence holds them (the native core's ``Members`` among them)."""
-    if isinstance(event, FanoutTask) and type(event.followers) is not list:
-        event = event.model_copy(update={"followers": list(event.followers)})
+    whatever sequence holds them (the model dumps any as a list)."""
     return orjson.dumps(event.model_dump(exclude_none=True))
 
 
@@ -206,8 +204,9 @@ def fanout_task(
     author: str, post_id: str, post_ts: int, chunk: int, followers: Sequence[str]
 ) -> FanoutTask:
     """A chunk task of these fields, validated (``FanoutTask``'s rules and errors): checked by
-    the native core where it runs, then built without validating again (``Members`` from a
-    list's decode stay ``Members``: no ``str`` per follower); by the model where the core does
+    the native core where it runs, then built without validating again (a ``MemberList``, a
+    list's decode put in order, stays one: no ``str`` per follower; a list is copied, as the
+    model copies it); by the model where the core does
     not run or does not pass them, on the followers as a list, so a refusal is always the
     model's own."""
     if core is not None and core.valid_fanout_task(author, post_id, post_ts, chunk, followers):
@@ -217,7 +216,8 @@ def fanout_task(
             post_id=post_id,
             post_ts=post_ts,
             chunk=chunk,
-            followers=followers,
+            # A list is the caller's, and may change after this check: the task keeps its own.
+            followers=followers if isinstance(followers, core.MemberList) else list(followers),
         )
     return FanoutTask(
         type="fanout_task",
@@ -226,6 +226,6 @@ def fanout_task(
         post_ts=post_ts,
         chunk=chunk,
         followers=list(followers)
-        if core is not None and isinstance(followers, core.Members)
+        if core is not None and isinstance(followers, core.MemberList)
         else followers,
     )

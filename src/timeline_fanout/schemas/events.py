@@ -12,7 +12,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+)
 
 from timeline_fanout.schemas.ids import ID_ALPHABET, Id, charset, charset_schema
 
@@ -126,9 +133,15 @@ class FanoutTask(_Event):
     post_id: Id
     post_ts: Millis
     chunk: Count
-    # A sequence: the native core reads and writes it as ``Members`` (one buffer, no ``str``
-    # per follower: timeline_fanout/native_core.py); validation makes a list of any other.
-    followers: Annotated[Sequence[Id], Field(max_length=MAX_CHUNK), AfterValidator(list)]
+    # A sequence: the native core reads and writes it as a ``MemberList`` (one buffer, no
+    # ``str`` per follower: timeline_fanout/native_core.py); validation makes a list of any
+    # other, and a dump lists any.
+    followers: Annotated[
+        Sequence[Id],
+        Field(max_length=MAX_CHUNK),
+        AfterValidator(list),
+        PlainSerializer(list, return_type=list[str]),
+    ]
 
 
 Event = Annotated[

@@ -2,13 +2,18 @@
 ``decode`` (the native core, handing back what it does not decide) gives the same members and
 token count as ``decode_reference``, or the same ``CorruptList`` with the same reason; and the
 core decides every list our writers write itself. The members it gives (``Members``, no
-``str`` per member) behave as the list of their ``str``s, and passed on as the fan-out passes
-them (cut into chunk tasks, written, read back, named as timeline keys) give the reference's
-tasks, bytes and keys, or its errors."""
+``str`` per member), passed on as the fan-out passes them (put in order, cut into chunk tasks,
+written, read back, named as timeline keys), give the reference's tasks, bytes and keys, or its
+errors. ``Members`` and ``MemberList`` answer every operation as the reference's ``frozenset``
+and ``list`` of ``str`` do, errors included."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -58,6 +63,8 @@ streams = st.lists(st.one_of(written, written, pieces), max_size=40).map(
     lambda parts: "".join(parts).encode("latin-1")
 )
 shard_lists = st.lists(streams, max_size=4)
+# Shards as any bytes-like object the reference joins: the core hands those back to it.
+any_shards = shard_lists | shard_lists.map(lambda shards: [bytearray(s) for s in shards])
 
 
 def outcome(decoder: object, shards: list[bytes]) -> Outcome:
@@ -72,7 +79,7 @@ def outcome(decoder: object, shards: list[bytes]) -> Outcome:
 
 
 @settings(max_examples=2000)
-@given(shard_lists)
+@given(any_shards)
 def test_native_decode_matches_the_reference_for_any_shards(shards: list[bytes]) -> None:
     assert outcome(decode, shards) == outcome(decode_reference, shards)
 
@@ -149,9 +156,75 @@ def passed_on(
         assert decode_event(data) == decode_event_reference(data)
 
 
+def result(op: Callable[[Any], object], subject: object) -> tuple[str, object]:
+    """What ``op`` gives on ``subject``: its value (the core's types as the reference's: a
+    ``MemberList`` as its list, ``Members`` as their ``frozenset``) or its error's type."""
+    assert core is not None
+    try:
+        value = op(subject)
+    except Exception as exc:  # the error's type is what is compared
+        return ("raised", type(exc))
+    if isinstance(value, core.MemberList):
+        return ("value", list(value))
+    if isinstance(value, core.Members):
+        return ("value", frozenset(value))
+    return ("value", value)
+
+
+def answer(op: Callable[[Any, Any], object], subject: object, other: object) -> object:
+    """``result`` of ``op(subject, other)``."""
+    return result(lambda s: op(s, other), subject)
+
+
+OTHERS: list[object] = [[], ["a"], ["a", "b"], ("a",), {"a"}, frozenset(), "a", 7, None]
+# What a list of ``str`` answers, applied to each of ``OTHERS`` where an operation takes one.
+LIST_OPS: list[Callable[[Any, Any], object]] = [
+    lambda s, o: s == o,
+    lambda s, o: s != o,
+    lambda s, o: s < o,
+    lambda s, o: s <= o,
+    lambda s, o: s > o,
+    lambda s, o: s >= o,
+    lambda s, o: o == s,
+    lambda s, o: s + o,
+    lambda s, o: o + s,
+    lambda s, o: o in s,
+    lambda s, o: s.index(o),
+    lambda s, o: s.count(o),
+    lambda s, o: s[o],
+    lambda s, o: s & o,
+    lambda s, o: s.union(o),
+    lambda s, o: hash(s),
+    lambda s, o: s.copy(),
+    lambda s, o: copy.deepcopy(s),
+    lambda s, o: pickle.loads(pickle.dumps(s)),
+    lambda s, o: isinstance(s, AbstractSet),
+    lambda s, o: isinstance(s, Sequence),
+    lambda s, o: list(reversed(s)),
+    lambda s, o: bool(s),
+]
+# What a ``frozenset`` of ``str`` answers, the same way.
+SET_OPS: list[Callable[[Any, Any], object]] = [
+    *LIST_OPS,
+    lambda s, o: s | o,
+    lambda s, o: o | s,
+    lambda s, o: s - o,
+    lambda s, o: o - s,
+    lambda s, o: s ^ o,
+    lambda s, o: s.intersection(o),
+    lambda s, o: s.difference(o),
+    lambda s, o: s.symmetric_difference(o),
+    lambda s, o: s.issubset(o),
+    lambda s, o: s.issuperset(o),
+    lambda s, o: s.isdisjoint(o),
+    lambda s, o: hash(s) == hash(frozenset(s)),
+    lambda s, o: {s: 1}.get(frozenset(s)),
+]
+
+
 @given(
-    st.lists(st.text(alphabet="ab:_-", min_size=1, max_size=4), unique=True, max_size=12),
-    st.lists(st.integers(-15, 15), max_size=6),
+    st.lists(st.text(alphabet="ab:_-", min_size=1, max_size=4), max_size=12),
+    st.lists(st.sampled_from(OTHERS) | st.integers(-15, 15) | st.just(2**70), max_size=4),
     st.lists(
         st.tuples(
             st.none() | st.integers(-15, 15),
@@ -161,55 +234,55 @@ def passed_on(
         max_size=6,
     ),
 )
-def test_members_behave_as_the_list_of_their_strs(
-    ids: list[str], indices: list[int], slices: list[tuple[int | None, int | None, int | None]]
+def test_member_lists_behave_as_the_list_of_their_strs(
+    ids: list[str], others: list[object], slices: list[tuple[int | None, int | None, int | None]]
 ) -> None:
+    """A ``MemberList`` (a decode put in order, a task's followers read back, one rebuilt from
+    ``str``s) answers every operation as the list of its ``str``s does, or raises the same."""
     assert core is not None
     decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")])
     assert decoded is not None
-    members: Sequence[str] = decoded[0]
-    assert (list(members), len(members)) == (ids, len(ids))
-    assert members == ids and members == tuple(ids) and members == set(ids)
-    assert members != [*ids, "x"] and members != {"x"} and members != "".join(ids)
-    assert all(m in members for m in ids) and "x" not in members and 7 not in members
-    for at in indices:
-        assert attempt_index(members, at) == attempt_index(ids, at)
-    for start, stop, step in slices:
-        assert list(members[start:stop:step]) == ids[start:stop:step]
-    assert sorted(frozen(decoded[0])) == sorted(ids)
+    kept = list(dict.fromkeys(ids))  # a decode keeps each member once, in order
+    for members, reference in [(decoded[0].in_order(), kept), (core.MemberList(ids), ids)]:
+        assert (list(members), len(members)) == (reference, len(reference))
+        for other in [*others, *reference[:2], members]:
+            for op in LIST_OPS:
+                mirrored = reference if other is members else other
+                assert answer(op, members, other) == answer(op, reference, mirrored)
+        for start, stop, step in slices:
+            assert list(members[start:stop:step]) == reference[start:stop:step]
 
 
 @given(
-    st.lists(st.sampled_from("abcdef"), unique=True),
-    st.sets(st.sampled_from("abcxyz")),
+    st.lists(st.sampled_from("abcdef")),
+    st.lists(st.sets(st.sampled_from("abcxyz")) | st.sampled_from(OTHERS), max_size=4),
 )
-def test_members_behave_as_the_set_of_their_strs(ids: list[str], other: set[str]) -> None:
+def test_members_behave_as_the_set_of_their_strs(ids: list[str], others: list[object]) -> None:
+    """``Members`` (a decode's, one rebuilt from ``str``s) answer every operation as the
+    ``frozenset`` of their ``str``s does, or raise the same; two decodes of one set are equal."""
     assert core is not None
     decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")])
-    assert decoded is not None
-    members, same = decoded[0], frozenset(ids)
     backwards = core.decode_list(["".join(f"+{m} " for m in reversed(ids)).encode("ascii")])
-    assert backwards is not None and backwards[0] == members  # two decodes of one set
-    assert (members == other, members != other) == (same == other, same != other)
-    assert (members <= other, members < other, members >= other, members > other) == (
-        same <= other,
-        same < other,
-        same >= other,
-        same > other,
+    assert decoded is not None and backwards is not None
+    assert backwards[0] == decoded[0] and hash(backwards[0]) == hash(decoded[0])
+    same = frozenset(ids)
+    for members in [decoded[0], core.Members(ids)]:
+        assert sorted(members) == sorted(same) and len(members) == len(same)
+        for other in [*others, members]:
+            for op in SET_OPS:
+                mirrored = same if other is members else other
+                assert answer(op, members, other) == answer(op, same, mirrored)
+
+
+@given(
+    st.sampled_from(list(ListKind)),
+    st.sampled_from([None, 7, "ab", b"ab", ["a", None], ("a", "b")]),
+)
+def test_keys_are_refused_as_the_reference_refuses_them(kind: ListKind, users: object) -> None:
+    keys = KeySpace("tf.ns")
+    assert result(lambda u: keys.list_keys(kind, u), users) == result(
+        lambda u: keys.user_keys_reference(kind.value, u), users
     )
-    assert (members & other, members | other, members - other, members ^ other) == (
-        same & other,
-        same | other,
-        same - other,
-        same ^ other,
-    )
-    assert (other & members, other | members, other - members, other ^ members) == (
-        other & same,
-        other | same,
-        other - same,
-        other ^ same,
-    )
-    assert members.isdisjoint(other) == same.isdisjoint(other)
 
 
 def attempt_index(seq: Sequence[str], at: int) -> tuple[str, object]:

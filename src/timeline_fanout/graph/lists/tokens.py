@@ -127,9 +127,11 @@ class MemberSet(Protocol):
 
 
 def in_sequence(members: MemberSet) -> Sequence[str]:
-    """The members as a sequence to cut into parts and pass on: ``Members`` as they are (no
-    ``str`` per member), any other set as a list."""
-    return members if isinstance(members, Sequence) else list(members)
+    """The members as a sequence to cut into parts and pass on: ``Members`` in decode order as
+    a ``MemberList`` (no ``str`` per member), any other set as a list."""
+    if core is not None and isinstance(members, core.Members):
+        return members.in_order()
+    return list(members)
 
 
 def frozen(members: MemberSet) -> frozenset[str]:
