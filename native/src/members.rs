@@ -213,17 +213,16 @@ impl Members {
         self.frozen_set(py)?.hash()
     }
 
-    /// As the frozenset against a `set`, `frozenset` or `Members`; `NotImplemented` otherwise.
+    /// As the frozenset compares (other `Members` as theirs): with anything, by Python's own
+    /// comparison of it (a `dict`'s keys equal to it, a list not, a list unordered with it).
     fn __richcmp__<'py>(
         &self,
         py: Python<'py>,
         other: &Bound<'py, PyAny>,
         op: CompareOp,
     ) -> PyResult<Py<PyAny>> {
-        match as_set(py, other)? {
-            Some(set) => Ok(self.frozen_set(py)?.rich_compare(set, op)?.unbind()),
-            None => Ok(py.NotImplemented()),
-        }
+        let other = as_set(py, other)?.unwrap_or_else(|| other.clone());
+        Ok(self.frozen_set(py)?.rich_compare(other, op)?.unbind())
     }
 
     fn __and__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -414,8 +413,9 @@ impl MemberList {
         self.as_list(py)?.contains(member)
     }
 
-    /// As the list of the members' `str`s against a `list` or `MemberList` (equality without
-    /// making one); `NotImplemented` otherwise.
+    /// As the list of the members' `str`s compares (another `MemberList` as its list): with a
+    /// `list` of `str` or a `MemberList`, equality without making one; with anything else, by
+    /// Python's own comparison of that list.
     fn __richcmp__<'py>(
         &self,
         py: Python<'py>,
@@ -452,13 +452,7 @@ impl MemberList {
                     .unbind());
             }
         }
-        let other = if let Ok(other) = other.cast::<MemberList>() {
-            other.get().as_list(py)?.into_any()
-        } else if other.cast::<PyList>().is_ok() {
-            other.clone()
-        } else {
-            return Ok(py.NotImplemented());
-        };
+        let other = listed(py, other)?.unwrap_or_else(|| other.clone());
         Ok(self.as_list(py)?.rich_compare(other, op)?.unbind())
     }
 

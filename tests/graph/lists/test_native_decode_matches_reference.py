@@ -176,7 +176,19 @@ def answer(op: Callable[[Any, Any], object], subject: object, other: object) -> 
     return result(lambda s: op(s, other), subject)
 
 
-OTHERS: list[object] = [[], ["a"], ["a", "b"], ("a",), {"a"}, frozenset(), "a", 7, None]
+OTHERS: list[object] = [
+    [],
+    ["a"],
+    ["a", "b"],
+    ("a",),
+    {"a"},
+    frozenset(),
+    {"a": 1}.keys(),
+    {"a": 1}.items(),
+    "a",
+    7,
+    None,
+]
 # What a list of ``str`` answers, applied to each of ``OTHERS`` where an operation takes one.
 LIST_OPS: list[Callable[[Any, Any], object]] = [
     lambda s, o: s == o,
