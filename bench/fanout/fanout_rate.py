@@ -3,13 +3,13 @@ from publish to last delivery (the first after the consumer starts, with every f
 placement to compute; the next as a running consumer sees it): until the consumer reports the
 batch that made it, its offsets committed (``publish_to_last_delivery_s``), and by the
 consumer's own latency figure, the post's envelope time to its last append, before that commit
-(``publish_to_delivered_ms``, whole milliseconds: what a follower waits). Next to pipelined raw APPENDs
-of the same tokens to the same keys on the same servers, to the wire's limit measured in the
-same run (``raw_memcached.noreply_limit``: appends whose outcome nobody reads, to one server),
-to a bare Kafka round trip (``kafka_round_trip``), and to the machine's ceiling for the work: the
-CPU the next post cost every process of the stack (this one, the broker, each memcached), per
-delivery, beyond what each burns idle (measured over ``IDLE_S`` just before the post), against
-the cores the idle ones leave (``stack_cpu_s``)."""
+(``publish_to_delivered_ms``, whole milliseconds: what a follower waits). Next to pipelined
+raw APPENDs of the same tokens to the same keys on the same servers, to the wire's limit
+measured in the same run (``raw_memcached.noreply_limit``: appends whose outcome nobody reads,
+to one server), to a bare Kafka round trip (``kafka_round_trip``), and to the machine's ceiling
+for the work: the CPU the next post cost every process of the stack (this one, the broker, each
+memcached), per delivery, beyond what each burns idle (measured over ``IDLE_S`` just before the
+post), against the cores the idle ones leave (``stack_cpu_s``)."""
 
 from __future__ import annotations
 
