@@ -73,6 +73,16 @@ class NativeCore(Protocol):
 
     def families(self, keys: Sequence[bytes], /) -> list[bytes] | None: ...
 
+    def edge_tokens(
+        self,
+        changes: list[Any],
+        edge_change: type[tuple[Any, ...]],
+        list_ref: type[tuple[Any, ...]],
+        followers_kind: object,
+        following_kind: object,
+        /,
+    ) -> dict[Any, bytes] | None: ...
+
     def by_owner(
         self, owners: list[int], count: int, column: Sequence[T], /
     ) -> list[list[T]] | None: ...

@@ -390,13 +390,23 @@ class TokenLists(Generic[L]):
     def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> WriteResult:
         """``apply`` for tokens already encoded."""
         refs = [ref for ref, data in tokens.items() if data]
-        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        keys = self.index_keys(refs)
         # A list's tokens larger than a shard go in several waves (tokens commute), so no
         # single write can pass the server's item size limit.
-        pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
+        limit = self.settings.shard_bytes
+        pieces = [
+            [data] if len(data) <= limit else split_tokens(data, limit)
+            for data in map(tokens.__getitem__, refs)
+        ]
         write = _Write(self)
-        for wave in range(max(map(len, pieces.values()), default=0)):
-            write.settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
+        for wave in range(max(map(len, pieces), default=0)):
+            write.settle(
+                [
+                    Pending(ref, key, p[wave])
+                    for ref, key, p in zip(refs, keys, pieces, strict=True)
+                    if wave < len(p)
+                ]
+            )
         result = write.done()
         self._compact_written(self._sample(list(tokens)), result.skipped)
         return result
