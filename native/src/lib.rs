@@ -452,7 +452,12 @@ fn edge_tokens<'py>(
         let Ok(active) = change.get_item(2)?.cast_into_exact::<PyBool>() else {
             return Ok(None);
         };
-        let Some(pos) = int_below(&change.get_item(3)?, u64::MAX) else {
+        let pos = change.get_item(3)?;
+        let Some(pos) = pos
+            .cast_exact::<PyInt>()
+            .ok()
+            .and_then(|p| p.extract::<u64>().ok())
+        else {
             return Ok(None);
         };
         fields.push((follower, followee, active.is_true(), pos));
