@@ -129,22 +129,20 @@ class GraphApplier:
             tokens[ref] = tokens.get(ref, b"") + encode(removed)  # tokens commute
         written = self.lists.append_tokens(tokens)
         self.counts.changed(recorded.users)
-        appended = tokens.keys() - written.skipped
         followers_changed = {c.follower for c in recorded.live}
         self.lists.invalidate(
             recorded.stale.union(map(ListRef, repeat(ListKind.TIMELINE), followers_changed))
         )
-        return self._confirm(
-            [
+        additions = [c for c in recorded.live if c.active]
+        if written.skipped:  # only those on a list appended to (all of them when none skipped)
+            appended = tokens.keys() - written.skipped
+            additions = [
                 c
-                for c in recorded.live
-                if c.active
-                and (
-                    ListRef(ListKind.FOLLOWERS, c.followee) in appended
-                    or ListRef(ListKind.FOLLOWING, c.follower) in appended
-                )
+                for c in additions
+                if ListRef(ListKind.FOLLOWERS, c.followee) in appended
+                or ListRef(ListKind.FOLLOWING, c.follower) in appended
             ]
-        )
+        return self._confirm(additions)
 
     def _confirm(self, additions: list[EdgeChange]) -> int:
         """Read back what the store holds for each appended addition (after the append, which

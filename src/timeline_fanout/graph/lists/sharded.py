@@ -61,6 +61,7 @@ class _Located:
     index: Index
     head: Item  # the index as read: its CAS id fences a rollover
     shard: bytes  # the newest shard's key
+    counter: bytes  # its counter's key
 
 
 @dataclass(slots=True)
@@ -307,8 +308,7 @@ class ShardedLayout:
 
     def write_round(self, pending: list[Pending]) -> WriteRound:
         left = _Retries()
-        keys = {p.ref: p.key for p in pending}
-        heads = self.cache.gets_many(keys.values())
+        heads = self.cache.gets_many([p.key for p in pending])
         located: list[_Located] = []
         for item in pending:
             head = heads.get(item.key)
@@ -321,14 +321,14 @@ class ShardedLayout:
                 left.break_list(item, head)  # the next reader rebuilds it, write included
                 continue
             newest = shard_key(item.key, idx.gen, idx.shards[-1])
-            located.append(_Located(item, idx, head, newest))
+            located.append(_Located(item, idx, head, newest, counter_key(newest)))
         located = self._reachable(located, left)
 
-        sizes = self.cache.incr_many({counter_key(at.shard): len(at.item.tokens) for at in located})
+        sizes = self.cache.incr_many({at.counter: len(at.item.tokens) for at in located})
         plan = _Plan()
         uncounted: list[_Located] = []
         for at in located:
-            size = sizes[counter_key(at.shard)]
+            size = sizes[at.counter]
             if size is None:
                 uncounted.append(at)
             elif size > self.settings.shard_bytes and not at.index.building:
@@ -339,7 +339,7 @@ class ShardedLayout:
 
         by_shard = {at.shard: at for at in located}
         outcomes = self.cache.append_many(plan.appends)
-        refused = [k for k, outcome in outcomes.items() if not outcome.ok]
+        refused = [k for k, outcome in outcomes.items() if outcome is not Outcome.STORED]
         self.stats.appends += len(outcomes) - len(refused)
         present = self.cache.exists_many([k for k in refused if outcomes[k] is Outcome.NOT_STORED])
         for key in refused:
@@ -357,7 +357,7 @@ class ShardedLayout:
         lists are dropped (their heads, on a usable server, are deleted if unchanged: the next
         reader rebuilds them from the store, this write included) and the write skipped; the
         unusable servers are revoked, since they missed the write (memcache/trust.py)."""
-        keys = [k for at in located for k in (at.shard, counter_key(at.shard))]
+        keys = [k for at in located for k in (at.shard, at.counter)]
         usable = self.cache.available(keys)
         pairs = zip(usable[::2], usable[1::2], strict=True)
         ok = [a and b for a, b in pairs]
