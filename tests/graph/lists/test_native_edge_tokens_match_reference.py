@@ -60,7 +60,7 @@ def outcome(encoder: Any, changes: list[EdgeChange]) -> tuple[str, object]:
     return ("tokens", list(tokens.items()))
 
 
-@settings(max_examples=2000)
+@settings(max_examples=600)
 @given(anything)
 def test_native_edge_tokens_match_the_reference_for_any_changes(
     changes: list[EdgeChange],
@@ -68,7 +68,7 @@ def test_native_edge_tokens_match_the_reference_for_any_changes(
     assert outcome(edge_tokens, changes) == outcome(edge_tokens_reference, changes)
 
 
-@settings(max_examples=500)
+@settings(max_examples=200)
 @given(plain)
 def test_the_core_encodes_every_batch_the_consumer_writes(changes: list[EdgeChange]) -> None:
     assert core is not None
