@@ -439,10 +439,9 @@ fn edge_tokens<'py>(
         if !change.get_type().is(edge_change) {
             return Ok(None);
         }
-        let change = change.cast_into::<PyTuple>()?;
-        if change.len() < 4 {
+        let Some(change) = change.cast_into::<PyTuple>().ok().filter(|c| c.len() >= 4) else {
             return Ok(None);
-        }
+        };
         let (Ok(follower), Ok(followee)) = (
             change.get_item(0)?.cast_into_exact::<PyString>(),
             change.get_item(1)?.cast_into_exact::<PyString>(),
