@@ -6,9 +6,10 @@
 //! in the publisher's form), it answers `None` and the caller runs the reference, so that every
 //! result and every error stays the reference's own.
 
+use hashbrown::HashMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 mod members;
 mod meta;
@@ -438,6 +439,123 @@ fn by_owner<'py>(
         .map(Some)
 }
 
+/// One list's tokens: the user the list belongs to, and its tokens.
+struct Group<'a, 'py> {
+    user: &'a Bound<'py, PyString>,
+    tokens: Vec<u8>,
+}
+
+/// Each follower list's tokens (`by_followee`) or each following list's, in the order their
+/// users first appear, each list's tokens in the changes' order.
+fn grouped<'a, 'py>(changes: &'a [EdgeFields<'a, 'py>], by_followee: bool) -> Vec<Group<'a, 'py>> {
+    let mut at: HashMap<&[u8], usize> = HashMap::with_capacity(changes.len());
+    let mut groups: Vec<Group<'a, 'py>> = Vec::new();
+    for change in changes {
+        let (owner, owner_text, member) = if by_followee {
+            (change.followee, change.followee_text, change.follower_text)
+        } else {
+            (change.follower, change.follower_text, change.followee_text)
+        };
+        let index = *at.entry(owner_text).or_insert_with(|| {
+            groups.push(Group {
+                user: owner,
+                tokens: Vec::new(),
+            });
+            groups.len() - 1
+        });
+        tokens::write_token(&mut groups[index].tokens, change.active, member, change.pos);
+    }
+    groups
+}
+
+/// An edge change's fields as the token encoding reads them.
+struct EdgeFields<'a, 'py> {
+    follower: &'a Bound<'py, PyString>,
+    followee: &'a Bound<'py, PyString>,
+    follower_text: &'a [u8],
+    followee_text: &'a [u8],
+    active: bool,
+    pos: u64,
+}
+
+/// `tokens.edge_tokens_reference`: every change's token on its followee's follower list and on
+/// its follower's following list, `{ListRef(kind, user): tokens}`, follower lists first, each
+/// kind's lists in the order their users first appear and each list's tokens in the changes'
+/// order. `None` unless `changes` is an exact list of `edge_change` tuples whose ids are exact
+/// `str`s that `token` accepts, each `active` an exact `bool` and each `pos` an exact `int` in
+/// 0..2**64: the reference encodes anything else, or refuses it with its own error.
+#[pyfunction]
+fn edge_tokens<'py>(
+    py: Python<'py>,
+    changes: &Bound<'py, PyAny>,
+    edge_change: &Bound<'py, PyType>,
+    list_ref: &Bound<'py, PyType>,
+    followers_kind: &Bound<'py, PyAny>,
+    following_kind: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Ok(changes) = changes.cast_exact::<PyList>() else {
+        return Ok(None);
+    };
+    let mut fields: Vec<(Bound<'py, PyString>, Bound<'py, PyString>, bool, u64)> =
+        Vec::with_capacity(changes.len());
+    for change in changes.iter() {
+        if !change.get_type().is(edge_change) {
+            return Ok(None);
+        }
+        let Some(change) = change.cast_into::<PyTuple>().ok().filter(|c| c.len() >= 4) else {
+            return Ok(None);
+        };
+        let (Ok(follower), Ok(followee)) = (
+            change.get_item(0)?.cast_into_exact::<PyString>(),
+            change.get_item(1)?.cast_into_exact::<PyString>(),
+        ) else {
+            return Ok(None);
+        };
+        let Ok(active) = change.get_item(2)?.cast_into_exact::<PyBool>() else {
+            return Ok(None);
+        };
+        let pos = change.get_item(3)?;
+        let Some(pos) = pos
+            .cast_exact::<PyInt>()
+            .ok()
+            .and_then(|p| p.extract::<u64>().ok())
+        else {
+            return Ok(None);
+        };
+        fields.push((follower, followee, active.is_true(), pos));
+    }
+    let mut edges: Vec<EdgeFields<'_, 'py>> = Vec::with_capacity(fields.len());
+    for (follower, followee, active, pos) in &fields {
+        let (Ok(follower_text), Ok(followee_text)) = (follower.to_str(), followee.to_str()) else {
+            return Ok(None);
+        };
+        let (follower_text, followee_text) = (follower_text.as_bytes(), followee_text.as_bytes());
+        if !tokens::safe_member(follower_text) || !tokens::safe_member(followee_text) {
+            return Ok(None);
+        }
+        edges.push(EdgeFields {
+            follower,
+            followee,
+            follower_text,
+            followee_text,
+            active: *active,
+            pos: *pos,
+        });
+    }
+    let followers = grouped(&edges, true);
+    let following = grouped(&edges, false);
+    // `tuple.__new__(list_ref, (kind, user))`: the reference's C-level named tuple.
+    let new = py.get_type::<PyTuple>().getattr("__new__")?;
+    let out = PyDict::new(py);
+    for (kind, groups) in [(followers_kind, followers), (following_kind, following)] {
+        for group in groups {
+            let key = new.call1((list_ref, (kind, group.user)))?;
+            out.set_item(key, PyBytes::new(py, &group.tokens))?;
+        }
+    }
+    Ok(Some(out))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Members>()?;
@@ -452,5 +570,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(winners, m)?)?;
     m.add_function(wrap_pyfunction!(place, m)?)?;
     m.add_function(wrap_pyfunction!(families, m)?)?;
+    m.add_function(wrap_pyfunction!(edge_tokens, m)?)?;
     Ok(())
 }

@@ -178,3 +178,21 @@ fn winners<'a>(toks: &[&'a [u8]]) -> Decoded<'a> {
     }
     Decoded::Members(members, toks.len())
 }
+
+/// `token`'s guard: a member with no byte that could end or split a token (non-empty, printable
+/// ASCII, no space, no `#`). The reference refuses anything else with its own error.
+pub fn safe_member(member: &[u8]) -> bool {
+    !member.is_empty()
+        && member
+            .iter()
+            .all(|&b| (0x21..=0x7e).contains(&b) && b != b'#')
+}
+
+/// `token(add, member, pos)` appended to `out`: `+member#pos ` or `-member#pos `, the position
+/// in lower-case hex as `%x` writes it.
+pub fn write_token(out: &mut Vec<u8>, add: bool, member: &[u8], pos: u64) {
+    use std::io::Write;
+    out.push(if add { b'+' } else { b'-' });
+    out.extend_from_slice(member);
+    write!(out, "#{pos:x} ").expect("writing to a Vec cannot fail");
+}

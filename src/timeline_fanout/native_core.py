@@ -1,9 +1,10 @@
 """Which implementation of the per-member hot paths runs: the native core (``_native``, built
 from native/ in Rust with PyO3 when the package is installed) or the Python reference beside
-each caller (graph/lists/tokens.py's list decode, graph/model/keys.py's key naming,
-schemas/codec.py's chunk tasks, memcache/ring.py's placement, memcache/router.py's split of a
-batch by server, memcache/wire.py's meta get replies). It sits beside the extension, outside
-every layer, and imports nothing of ours, so that every layer may use it.
+each caller (graph/lists/tokens.py's list decode and a graph batch's token encoding,
+graph/model/keys.py's key naming, schemas/codec.py's chunk tasks, memcache/ring.py's placement,
+memcache/router.py's split of a batch by server, memcache/wire.py's meta get replies). It sits
+beside the extension, outside every layer, and imports nothing of ours, so that every layer may
+use it.
 
 Both have one meaning: the native functions answer ``None`` (or hand back a position) wherever
 their input leaves the form our writers, or memcached, produce, and the caller then runs the
@@ -77,6 +78,16 @@ class NativeCore(Protocol):
     def families(self, keys: Sequence[bytes], /) -> list[bytes] | None: ...
 
     def place(self, prefixes: list[bytes], keys: Sequence[bytes], /) -> list[int] | None: ...
+
+    def edge_tokens(
+        self,
+        changes: list[Any],
+        edge_change: type[tuple[Any, ...]],
+        list_ref: type[tuple[Any, ...]],
+        followers_kind: object,
+        following_kind: object,
+        /,
+    ) -> dict[Any, bytes] | None: ...
 
     def by_owner(
         self, owners: list[int], count: int, column: Sequence[T], /

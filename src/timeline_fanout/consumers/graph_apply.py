@@ -33,8 +33,7 @@ a crash marks them again.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -42,7 +41,7 @@ from timeline_fanout.consumers.positions import Positioned
 from timeline_fanout.consumers.pulse import Pulse, no_pulse
 from timeline_fanout.graph import EdgeChange, EdgeGraph, ListKind, ListRef, ShardedLists
 from timeline_fanout.graph.lists.counts import CountSource, list_counts
-from timeline_fanout.graph.lists.tokens import Change
+from timeline_fanout.graph.lists.tokens import Change, edge_tokens, encode
 from timeline_fanout.schemas import Follow, Unfollow, UserRemoved
 
 GRAPH_EVENTS = (Follow, Unfollow, UserRemoved)
@@ -125,27 +124,25 @@ class GraphApplier:
     def update_lists(self, recorded: Recorded) -> int:
         """Tokens, invalidations, then the confirmation of additions; returns how many
         corrections the confirmation appended."""
-        ops = _ops(recorded.live)
+        tokens = edge_tokens(recorded.live)
         for ref, removed in recorded.removed_ops.items():
-            ops.setdefault(ref, []).extend(removed)
-        written = self.lists.apply(ops)
+            tokens[ref] = tokens.get(ref, b"") + encode(removed)  # tokens commute
+        written = self.lists.append_tokens(tokens)
         self.counts.changed(recorded.users)
-        appended = set(ops) - written.skipped
         followers_changed = {c.follower for c in recorded.live}
         self.lists.invalidate(
             recorded.stale.union(map(ListRef, repeat(ListKind.TIMELINE), followers_changed))
         )
-        return self._confirm(
-            [
+        additions = [c for c in recorded.live if c.active]
+        if written.skipped:  # only those on a list appended to (all of them when none skipped)
+            appended = tokens.keys() - written.skipped
+            additions = [
                 c
-                for c in recorded.live
-                if c.active
-                and (
-                    ListRef(ListKind.FOLLOWERS, c.followee) in appended
-                    or ListRef(ListKind.FOLLOWING, c.follower) in appended
-                )
+                for c in additions
+                if ListRef(ListKind.FOLLOWERS, c.followee) in appended
+                or ListRef(ListKind.FOLLOWING, c.follower) in appended
             ]
-        )
+        return self._confirm(additions)
 
     def _confirm(self, additions: list[EdgeChange]) -> int:
         """Read back what the store holds for each appended addition (after the append, which
@@ -160,18 +157,5 @@ class GraphApplier:
             if (state := stored.get(c.edge)) is not None and not state.active and state.pos > c.pos
         ]
         if superseded:
-            self.lists.apply(_ops(superseded))
+            self.lists.append_tokens(edge_tokens(superseded))
         return len(superseded)
-
-
-def _ops(changes: Iterable[EdgeChange]) -> Ops:
-    """Tokens grouped per list by user first, so a list reference is made once per list rather
-    than per change."""
-    followers: dict[str, list[Change]] = defaultdict(list)
-    following: dict[str, list[Change]] = defaultdict(list)
-    for change in changes:
-        followers[change.followee].append(Change(change.active, change.follower, change.pos))
-        following[change.follower].append(Change(change.active, change.followee, change.pos))
-    ops: Ops = {ListRef(ListKind.FOLLOWERS, user): o for user, o in followers.items()}
-    ops.update({ListRef(ListKind.FOLLOWING, user): o for user, o in following.items()})
-    return ops

@@ -68,7 +68,7 @@ class CappedLayout:
         for group, key, _ in refused:
             data, users = posts[group]
             if key in pending:  # two posts to one refused timeline: one pending write
-                pending[key].tokens += data
+                pending[key] = pending[key]._replace(tokens=pending[key].tokens + data)
                 continue
             if group not in users_of:
                 users_of[group] = dict(zip(keys[group], users, strict=True))

@@ -51,16 +51,20 @@ from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import ListRef, counter_key, shard_key
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
 
+# A NamedTuple's own __new__ is Python code; this makes the same tuple in one C call.
+_new = tuple.__new__
 # A list whose shards could hold its live tokens in half as many is rebuilt compact.
 MIN_SHARDS_TO_REPACK = 4
 
 
-@dataclass(slots=True)
-class _Located:
+class _Located(NamedTuple):
+    """A tuple: a write round makes one per list (``_new``, in C)."""
+
     item: Pending
-    index: Index
+    parsed: Index  # the head, parsed
     head: Item  # the index as read: its CAS id fences a rollover
     shard: bytes  # the newest shard's key
+    counter: bytes  # its counter's key
 
 
 @dataclass(slots=True)
@@ -307,8 +311,7 @@ class ShardedLayout:
 
     def write_round(self, pending: list[Pending]) -> WriteRound:
         left = _Retries()
-        keys = {p.ref: p.key for p in pending}
-        heads = self.cache.gets_many(keys.values())
+        heads = self.cache.gets_many([p.key for p in pending])
         located: list[_Located] = []
         for item in pending:
             head = heads.get(item.key)
@@ -321,17 +324,17 @@ class ShardedLayout:
                 left.break_list(item, head)  # the next reader rebuilds it, write included
                 continue
             newest = shard_key(item.key, idx.gen, idx.shards[-1])
-            located.append(_Located(item, idx, head, newest))
+            located.append(_new(_Located, (item, idx, head, newest, counter_key(newest))))
         located = self._reachable(located, left)
 
-        sizes = self.cache.incr_many({counter_key(at.shard): len(at.item.tokens) for at in located})
+        sizes = self.cache.incr_many({at.counter: len(at.item.tokens) for at in located})
         plan = _Plan()
         uncounted: list[_Located] = []
         for at in located:
-            size = sizes[counter_key(at.shard)]
+            size = sizes[at.counter]
             if size is None:
                 uncounted.append(at)
-            elif size > self.settings.shard_bytes and not at.index.building:
+            elif size > self.settings.shard_bytes and not at.parsed.building:
                 plan.rollovers.append(at)
             else:
                 plan.appends[at.shard] = at.item.tokens
@@ -339,13 +342,13 @@ class ShardedLayout:
 
         by_shard = {at.shard: at for at in located}
         outcomes = self.cache.append_many(plan.appends)
-        refused = [k for k, outcome in outcomes.items() if not outcome.ok]
+        refused = [k for k, outcome in outcomes.items() if outcome is not Outcome.STORED]
         self.stats.appends += len(outcomes) - len(refused)
         present = self.cache.exists_many([k for k in refused if outcomes[k] is Outcome.NOT_STORED])
         for key in refused:
             at = by_shard[key]
             full = outcomes[key] is Outcome.TOO_LARGE or present.get(key)
-            if full and not at.index.building:
+            if full and not at.parsed.building:
                 plan.rollovers.append(at)  # the shard is full: open a new one
             else:  # evicted (the list is incomplete), or a build's journal full: drop the
                 left.break_list(at.item, at.head)  # list, writers never wait for a build
@@ -357,7 +360,7 @@ class ShardedLayout:
         lists are dropped (their heads, on a usable server, are deleted if unchanged: the next
         reader rebuilds them from the store, this write included) and the write skipped; the
         unusable servers are revoked, since they missed the write (memcache/trust.py)."""
-        keys = [k for at in located for k in (at.shard, counter_key(at.shard))]
+        keys = [k for at in located for k in (at.shard, at.counter)]
         usable = self.cache.available(keys)
         pairs = zip(usable[::2], usable[1::2], strict=True)
         ok = [a and b for a, b in pairs]
@@ -396,7 +399,7 @@ class ShardedLayout:
         named: dict[bytes, tuple[_Located, bytes]] = {}
         for at in rollovers:
             name = self.context.fresh.hex(3)
-            named[shard_key(at.item.key, at.index.gen, name)] = (at, name)
+            named[shard_key(at.item.key, at.parsed.gen, name)] = (at, name)
         added = self.cache.add_many(
             {k: at.item.tokens for k, (at, _) in named.items()}, expire=self.context.part_expiry()
         )
@@ -417,7 +420,7 @@ class ShardedLayout:
             shard_of[at.item.key] = key
         # The head keeps its absolute deadline (its generation names it): a rollover, however
         # late its CAS, never extends a list's life (healing is bounded by it).
-        ttls = {k: fencing.deadline(named[shard_of[k]][0].index.gen) for k in swaps}
+        ttls = {k: fencing.deadline(named[shard_of[k]][0].parsed.gen) for k in swaps}
         outcomes = self.cache.cas_many(swaps, ttls)
         orphans: list[bytes] = []
         for head_key, outcome in outcomes.items():

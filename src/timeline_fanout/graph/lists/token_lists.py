@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import attrgetter
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from timeline_fanout.graph.lists import fencing
@@ -52,6 +53,9 @@ __all__ = [
     "WriteRound",
 ]
 
+# A NamedTuple's own __new__ is Python code; this makes the same tuple in one C call.
+_new = tuple.__new__
+_ref_of = attrgetter("ref")
 MAX_WRITE_ATTEMPTS = 8
 # A reader that finds a list being built by someone else polls its head this many times
 # (``ListSettings.build_wait_s`` apart), then reads the store itself rather than wait longer (and
@@ -127,9 +131,8 @@ class Delivery(NamedTuple):
     users: Sequence[str]
 
 
-@dataclass(slots=True)
-class Pending:
-    """Tokens on their way to one list."""
+class Pending(NamedTuple):
+    """Tokens on their way to one list (a tuple: a write makes one per list, ``_new``)."""
 
     ref: ListRef
     key: bytes  # the list's head key, validated once: write rounds look it up many times
@@ -390,13 +393,23 @@ class TokenLists(Generic[L]):
     def append_tokens(self, tokens: Mapping[ListRef, bytes]) -> WriteResult:
         """``apply`` for tokens already encoded."""
         refs = [ref for ref, data in tokens.items() if data]
-        keys = dict(zip(refs, self.index_keys(refs), strict=True))
+        keys = self.index_keys(refs)
         # A list's tokens larger than a shard go in several waves (tokens commute), so no
         # single write can pass the server's item size limit.
-        pieces = {ref: split_tokens(tokens[ref], self.settings.shard_bytes) for ref in refs}
+        limit = self.settings.shard_bytes
+        pieces = [
+            [data] if len(data) <= limit else split_tokens(data, limit)
+            for data in map(tokens.__getitem__, refs)
+        ]
         write = _Write(self)
-        for wave in range(max(map(len, pieces.values()), default=0)):
-            write.settle([Pending(r, keys[r], p[wave]) for r, p in pieces.items() if wave < len(p)])
+        for wave in range(max(map(len, pieces), default=0)):
+            write.settle(
+                [
+                    _new(Pending, (ref, key, p[wave]))
+                    for ref, key, p in zip(refs, keys, pieces, strict=True)
+                    if wave < len(p)
+                ]
+            )
         result = write.done()
         self._compact_written(self._sample(list(tokens)), result.skipped)
         return result
@@ -450,8 +463,8 @@ class _Write:
             if attempt:
                 self._lists.stats.retries += 1
             round_ = self._lists.layout.write_round(pending)
-            left = {item.ref for item in (*round_.again, *round_.skipped)}
-            self._written.update(item.ref for item in pending if item.ref not in left)
+            left = set(map(_ref_of, round_.again)).union(map(_ref_of, round_.skipped))
+            self._written |= set(map(_ref_of, pending)) - left
             pending = self._record(round_)
         raise ListWriteError(f"could not append to {len(pending)} lists after retries")
 

@@ -16,10 +16,13 @@ every list read: the common add-only case runs at C speed (one regex substitutio
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from timeline_fanout.graph.model.edges import EdgeChange
+from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.native_core import core
 
 PLUS = 0x2B
@@ -75,6 +78,35 @@ def token(add: bool, member: str, pos: int | None = None) -> bytes:
 def encode(ops: Iterable[Change]) -> bytes:
     """Tokens for these changes."""
     return b"".join(token(add, member, pos) for add, member, pos in ops)
+
+
+def edge_tokens(changes: Sequence[EdgeChange]) -> dict[ListRef, bytes]:
+    """Each change's token on its followee's follower list and on its follower's following list:
+    what a graph batch appends. By the native core where it runs, which hands any input outside
+    the plain form (an id ``token`` refuses, a position that is not an ``int`` in 0..2**64) back to
+    ``edge_tokens_reference``, so results and errors are the reference's."""
+    if core is not None and isinstance(changes, list):
+        native = core.edge_tokens(
+            changes, EdgeChange, ListRef, ListKind.FOLLOWERS, ListKind.FOLLOWING
+        )
+        if native is not None:
+            return native
+    return edge_tokens_reference(changes)
+
+
+def edge_tokens_reference(changes: Iterable[EdgeChange]) -> dict[ListRef, bytes]:
+    """``edge_tokens`` in Python: follower lists first, each kind's lists in the order their users
+    first appear, each list's tokens in the changes' order (``encode`` of them)."""
+    followers: dict[str, list[Change]] = defaultdict(list)
+    following: dict[str, list[Change]] = defaultdict(list)
+    for change in changes:
+        followers[change.followee].append(Change(change.active, change.follower, change.pos))
+        following[change.follower].append(Change(change.active, change.followee, change.pos))
+    tokens = {ListRef(ListKind.FOLLOWERS, user): encode(ops) for user, ops in followers.items()}
+    tokens.update(
+        {ListRef(ListKind.FOLLOWING, user): encode(ops) for user, ops in following.items()}
+    )
+    return tokens
 
 
 def encode_members(members: Sequence[str], positions: Sequence[int] | None = None) -> bytes:
