@@ -2,8 +2,10 @@
 alternation in one process (each figure's baseline is the other implementation, same run): the
 decode of a follower list of N members as the graph consumer writes it (positioned additions
 in 64 KiB shards; and with 1% removals, the general path), the chunk tasks of a post to N
-followers (built, enveloped, encoded, decoded), and the timeline keys of N followers, each from
-the followers as its decode gives them (the core's ``Members``, the reference's ``str``s). CPU
+followers (built, enveloped, encoded, decoded), the timeline keys of N followers, each from
+the followers as its decode gives them (the core's ``MemberList``, the reference's ``str``s),
+and those keys placed on three servers (the core's ``place`` against the reference's families
+and ``winners_reference``). CPU
 seconds of this process per member, best of ``REPEAT``. Beside them, the memory a fan-out's
 passes over N followers take at their peak (the list decoded, its chunk tasks built, encoded
 and decoded, all held), each implementation in a fresh process (``FANOUT_NATIVE``), twice in
@@ -29,6 +31,12 @@ from timeline_fanout.graph.lists.tokens import (
     split_tokens,
 )
 from timeline_fanout.graph.model.keys import KeySpace, ListKind
+from timeline_fanout.memcache.ring import (
+    leading_parts,
+    leading_parts_reference,
+    place,
+    winners_reference,
+)
 from timeline_fanout.native_core import core
 from timeline_fanout.schemas import FanoutTask, decode_event, encode_event
 from timeline_fanout.schemas.codec import (
@@ -41,6 +49,7 @@ SIZES = [1_000_000]
 QUICK = [20_000]
 REPEAT = 3
 CHUNK = 10_000
+NODES = ["127.0.0.1:11211", "127.0.0.1:11212", "127.0.0.1:11213"]  # where timeline keys go
 FIRST_POSITION = 0x18C0000000000  # a position as the graph consumer writes them (ts << 20)
 
 
@@ -150,6 +159,7 @@ def _passes(n: int) -> dict[str, dict[str, Callable[[], object]]]:
     given = {"reference": members, "native": decoded}
     chunks = {name: [m[i : i + CHUNK] for i in range(0, n, CHUNK)] for name, m in given.items()}
     keys = KeySpace("tf")
+    timeline_keys = keys.list_keys(ListKind.TIMELINE, members)
 
     def tasks(
         build: Callable[..., FanoutTask],
@@ -185,5 +195,9 @@ def _passes(n: int) -> dict[str, dict[str, Callable[[], object]]]:
         "timeline_keys": {
             "reference": lambda: keys.user_keys_reference(ListKind.TIMELINE.value, members),
             "native": lambda: keys.list_keys(ListKind.TIMELINE, decoded),
+        },
+        "placement": {
+            "reference": lambda: winners_reference(NODES, leading_parts_reference(timeline_keys)),
+            "native": lambda: place(NODES, timeline_keys, leading_parts),
         },
     }
