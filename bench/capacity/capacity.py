@@ -18,8 +18,10 @@ rates (``FANOUT_CAPACITY_POSTS_PER_S``, ``..._FOLLOWS_PER_S``, ``..._READS_PER_S
 --workers 1`` each in its own process, as deployed. A probe post every 2 s is timed from
 publish until its follower's timeline shows it. Then a burst of posts and one of follows
 (``..._BURST_POSTS``, ``..._BURST_FOLLOWS``), each timed until its consumer has applied it:
-what one process takes at saturation. ``python -m bench capacity-model`` compares it all with
-the model.
+what one process takes at saturation. Then the same two bursts on a graph of
+``SMALL_USERS`` users in a sandbox of its own (``graph: small``): the same-run baseline that
+tells what the graph's size costs a consumer from what the bursts' mix costs it anywhere.
+``python -m bench capacity-model`` compares it all with the model.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ def run(settings: Settings, report: Report) -> None:
         overrides = {"partitions": 2}
         with sandbox(settings, "bcap", **overrides) as s:
             for row in mixed_load(s, users, int(_env("EDGES", 10 * users))):
+                report.add(**row)
+        with sandbox(settings, "bcsm", **overrides) as s:
+            for row in small_graph_bursts(s):
                 report.add(**row)
         measured = model.load_measured(capacity_rows=report.rows)
         for compared in model.compare_run(report.rows, measured):
@@ -214,6 +219,9 @@ def zipf_followees(rng: random.Random, cum: list[float], k: int) -> list[int]:
     total = cum[-1]
     hi = len(cum) - 1
     return [bisect.bisect(cum, rng.random() * total, 0, hi) for _ in range(k)]
+
+
+SMALL_USERS = 10_000  # the baseline graph: graph-ingest's user count, 10 follows each
 
 
 def is_active(i: int) -> bool:
@@ -368,6 +376,49 @@ def burst(s: Settings, consumer: Consumer, events: Iterable[dict[str, str]]) -> 
     }
 
 
+def burst_events(
+    users: int, active: Sequence[str], rng: random.Random
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The bursts' events: posts by active users drawn uniformly (no text), and follows by
+    active users of Zipf-drawn followees."""
+    n_posts, n_follows = int(_env("BURST_POSTS", 20_000)), int(_env("BURST_FOLLOWS", 50_000))
+    cum = zipf_cum(users, model.ZIPF_S)
+    posts = [
+        {"type": "post", "author": active[rng.randrange(len(active))], "post_id": f"b{n}"}
+        for n in range(n_posts)
+    ]
+    follows = [
+        {"type": "follow", "follower": active[rng.randrange(len(active))], "followee": uid(f)}
+        for f in zipf_followees(rng, cum, n_follows)
+    ]
+    return posts, follows
+
+
+def small_graph_bursts(s: Settings) -> Iterator[Row]:
+    """The bursts of the run, on a graph of ``SMALL_USERS`` users built and cached the same
+    way, with their own consumers: the baseline, in the same run, for the bursts' rates."""
+    users = SMALL_USERS
+    active = [uid(i) for i in range(users) if is_active(i)]
+    stored, _ = build_graph(s, users, 10 * users)
+    warm(s, active)
+    posts, follows = burst_events(users, active, random.Random(7))
+    logs = Path(tempfile.mkdtemp(prefix="bench-capacity-small-"))
+    for which, events in (("fanout", posts), ("graph", follows)):
+        consumer = start_consumer(s, which, logs / f"{which}.log")
+        try:
+            row = burst(s, consumer, events)
+        finally:
+            stop(consumer.process)
+        yield {
+            "row": "burst",
+            "consumer": which,
+            "graph": "small",
+            "users": users,
+            "edges_stored": stored,
+            **row,
+        }
+
+
 def paced(rate: float, seconds: float, stop_at: threading.Event) -> Iterator[int]:
     """Yields 0, 1, 2, ... at ``rate`` per second for ``seconds`` (catching up after a stall)."""
     started = time.perf_counter()
@@ -509,23 +560,9 @@ def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
         last = {c.which: c.sample() for c in (graph, fanout)}
     cache_bytes = memcached_bytes(s.memcached_servers) - base_bytes
     # Saturation: a burst of posts, then of follows, each applied as fast as one process can.
-    n_posts, n_follows = int(_env("BURST_POSTS", 20_000)), int(_env("BURST_FOLLOWS", 50_000))
-    post_burst = burst(
-        s,
-        fanout,
-        (
-            {"type": "post", "author": active[rng.randrange(len(active))], "post_id": f"b{n}"}
-            for n in range(n_posts)
-        ),
-    )
-    follow_burst = burst(
-        s,
-        graph,
-        (
-            {"type": "follow", "follower": active[rng.randrange(len(active))], "followee": uid(f)}
-            for f in zipf_followees(rng, cum, n_follows)
-        ),
-    )
+    posts, follows = burst_events(users, active, rng)
+    post_burst = burst(s, fanout, posts)
+    follow_burst = burst(s, graph, follows)
     stop(graph.process)
     stop(fanout.process)
 
@@ -564,8 +601,8 @@ def mixed_load(s: Settings, users: int, edges: int) -> Iterator[Row]:
         "probe_max_ms": round(max(probe_ms), 1) if probe_ms else None,
         "cache_bytes": cache_bytes,
     }
-    yield {"row": "burst", "consumer": "fanout", **post_burst}
-    yield {"row": "burst", "consumer": "graph", **follow_burst}
+    yield {"row": "burst", "consumer": "fanout", "graph": "run", **post_burst}
+    yield {"row": "burst", "consumer": "graph", "graph": "run", **follow_burst}
 
 
 # -- raising a topic's partition count while a producer runs ----------------------------------

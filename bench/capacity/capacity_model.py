@@ -215,10 +215,7 @@ def load_measured(
     sources.update({k: "capacity.json sizes (memcached and SQLite counters)" for k in sizes})
     deliveries_per_s = float(biggest["deliveries_per_s"])
     post_overhead_s = None
-    burst = next(
-        (r for r in capacity_rows if r.get("row") == "burst" and r.get("consumer") == "fanout"),
-        None,
-    )
+    burst = _run_burst(capacity_rows, "fanout")
     if burst is not None:
         per_post = 1 / float(burst["events_per_s"])
         post_overhead_s = max(per_post - float(burst["deliveries_per_event"]) / deliveries_per_s, 0)
@@ -229,10 +226,7 @@ def load_measured(
     else:
         sources["post_overhead_s"] = "NOT MEASURED (no capacity burst): posts cost nothing"
     graph_events_per_s = float(cached["events_per_s"])
-    follows = next(
-        (r for r in capacity_rows if r.get("row") == "burst" and r.get("consumer") == "graph"),
-        None,
-    )
+    follows = _run_burst(capacity_rows, "graph")
     run = next((r for r in capacity_rows if r.get("row") == "graph"), None)
     if follows is not None and run is not None:
         graph_events_per_s = float(follows["events_per_s"])
@@ -597,6 +591,20 @@ def run(settings: object, report: Any) -> None:
 # -- the run on this machine against the model -----------------------------------------------
 
 
+def _run_burst(rows: Sequence[Mapping[str, Any]], consumer: str) -> Mapping[str, Any] | None:
+    """The burst of ``consumer`` on the run's graph (not the small graph's baseline)."""
+    return next(
+        (
+            r
+            for r in rows
+            if r.get("row") == "burst"
+            and r.get("consumer") == consumer
+            and r.get("graph", "run") == "run"
+        ),
+        None,
+    )
+
+
 def _row(rows: Sequence[Mapping[str, Any]], kind: str, **match: str) -> Mapping[str, Any] | None:
     return next(
         (r for r in rows if r.get("row") == kind and all(r.get(k) == v for k, v in match.items())),
@@ -610,8 +618,7 @@ def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str
     graph, load = _row(rows, "graph"), _row(rows, "load")
     if graph is None or load is None or "seconds" not in load:
         return []
-    post_burst = _row(rows, "burst", consumer="fanout")
-    follow_burst = _row(rows, "burst", consumer="graph")
+    post_burst, follow_burst = _run_burst(rows, "fanout"), _run_burst(rows, "graph")
     seconds = float(load["seconds"])
     posts = float(load["posts_published"])
     follows = float(load["follows_published"])
@@ -635,7 +642,6 @@ def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str
         + delivered * m.timeline_entry_bytes
         + follows * 2 * m.list_member_bytes * work.active_users / work.users
     )
-    delivery_only = Measured(**{**asdict(m), "post_overhead_s": None})
     out: list[dict[str, Any]] = []
 
     def add(figure: str, predicted: float, measured: float, basis: str) -> None:
@@ -662,21 +668,28 @@ def compare_run(rows: Sequence[Mapping[str, Any]], m: Measured) -> list[dict[str
         "the above times posts/s times the active share; a follow drops its follower's "
         "timeline until the next read, which the model does not count",
     )
-    if post_burst is not None:
-        per_post = float(post_burst["deliveries_per_event"])
-        add(
-            "posts/s one fan-out process takes, delivery-bound (fanout-rate alone)",
-            delivery_only.posts_per_s(per_post),
-            float(post_burst["events_per_s"]),
-            "a burst of small posts; the table uses the measured per-post cost instead",
+    for burst, small, what in (
+        (post_burst, _row(rows, "burst", consumer="fanout", graph="small"), "posts"),
+        (follow_burst, _row(rows, "burst", consumer="graph", graph="small"), "graph events"),
+    ):
+        if burst is None or small is None:
+            continue
+        process = "fan-out process" if what == "posts" else "graph consumer"
+        basis = (
+            f"the same burst on {small['users']:,} users ({small['edges_stored']:,} edges), "
+            "same run"
         )
-    if follow_burst is not None:
         add(
-            "graph events/s one graph consumer takes",
-            m.graph_ingest_events_per_s,
-            float(follow_burst["events_per_s"]),
-            "graph-ingest's store of 10k users against a burst of Zipf follows on this graph; "
-            "the table uses the burst",
+            f"{what} per CPU-second of one {process}",
+            float(small["events_per_cpu_s"]),
+            float(burst["events_per_cpu_s"]),
+            basis,
+        )
+        add(
+            f"{what}/s one {process} takes (wall clock, the machine shared)",
+            float(small["events_per_s"]),
+            float(burst["events_per_s"]),
+            basis,
         )
     add(
         "HTTP timeline reads per API CPU-second (pages walked)",

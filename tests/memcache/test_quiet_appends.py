@@ -80,6 +80,33 @@ def test_a_quiet_append_pipeline_reports_exactly_the_keys_not_stored(
     assert values[full] == big
 
 
+def test_many_small_groups_sent_together_are_answered_each_as_alone(
+    cluster: MemcacheCluster,
+) -> None:
+    """A fan-out batch of posts with a few followers each: a server's small pipelines go out
+    together (memcache/executor.py), and still every refusal names its own group and key, and
+    each timeline takes its groups' tokens in the groups' order."""
+    keys = [b"tl%d" % i for i in range(300)]
+    present = set(keys[::3])
+    cluster.add_many(dict.fromkeys(present, b"+a "))
+    groups = [AppendGroup(b"+p%d " % g, keys[g % 290 : g % 290 + 7]) for g in range(1000)]
+    groups.append(AppendGroup(b"+big ", keys))  # one of more commands than a small one
+
+    refused = cluster.append_to_each(groups)
+
+    assert sorted(refused) == sorted(
+        Refused(g, k, Outcome.NOT_STORED)
+        for g, (_, group_keys) in enumerate(groups)
+        for k in group_keys
+        if k not in present
+    )
+    values = cluster.get_many(keys)
+    assert set(values) == present
+    for key in present:
+        tokens = b"".join(value for value, group_keys in groups if key in group_keys)
+        assert values[key] == b"+a " + tokens
+
+
 def test_a_value_too_large_for_the_server_is_too_large_and_the_item_is_kept(
     cluster: MemcacheCluster,
 ) -> None:

@@ -1,7 +1,10 @@
 """The blocking client's I/O: a batch's pipelines (memcache/exchange.py) run as one pipelined
-exchange per server, all servers at once. ``Executor.run`` sends at most ``WINDOW`` pipelines
-unanswered per server and reads the replies back in order: while one server's replies are
-read, the others work through what is queued, across jobs. A server that fails mid-exchange
+exchange per server, all servers at once. ``Executor.run`` sends a server's pipelines in sends
+of at most ``PIPELINE`` commands (consecutive small pipelines, of any jobs, in one write: a
+batch of many small jobs, as a fan-out of posts with a few followers each, costs a system
+call and a wait per send, not per job and server), keeps at most ``WINDOW`` sends unanswered
+per server, and reads the replies back in order: while one server's replies are read, the
+others work through what is queued, across jobs. A server that fails mid-exchange
 is marked down and its pipelines answered as a server holding nothing would (``Exchange``
 decides what that costs the batch).
 """
@@ -12,7 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from timeline_fanout.memcache.exchange import Exchange, Job, Pipeline
+from timeline_fanout.memcache.exchange import PIPELINE, Exchange, Job, Pipeline
 from timeline_fanout.memcache.pools import ServerPipe, ServerPools
 from timeline_fanout.memcache.ring import MOVED, Placement
 from timeline_fanout.memcache.router import Router
@@ -20,8 +23,8 @@ from timeline_fanout.memcache.wire import CacheUnavailable
 
 __all__ = ["WINDOW", "Answered", "Executor"]
 
-# Pipelines sent to one server before its first replies are read: two keep the server busy
-# while the client reads and builds, and bound unread replies to a few tens of KB.
+# Sends to one server before its first replies are read: two keep the server busy while the
+# client reads and builds, and (each at most ``PIPELINE`` commands) bound unread replies.
 WINDOW = 2
 
 
@@ -68,13 +71,15 @@ class Executor:
         exchange = Exchange(router, jobs, router.lease(), best_effort)
         queues = exchange.queues
         window = 1 if any(job.values for job in jobs) else WINDOW
-        flying: dict[str, deque[Pipeline]] = {node: deque() for node in queues}
+        # Per server, the sends unanswered, each its pipelines not yet read, in order.
+        flying: dict[str, deque[deque[Pipeline]]] = {node: deque() for node in queues}
         done: list[Answered] = []
 
         def failed(node: str) -> None:
             self._pools.pipe(node).close()  # its replies unread: the connection is unusable
             router.trust.mark_down(node)
-            exchange.failed(node, [*flying[node], *queues[node]])
+            unread = [pipeline for sent in flying[node] for pipeline in sent]
+            exchange.failed(node, [*unread, *queues[node]])
             flying[node].clear()
             queues[node].clear()
 
@@ -83,29 +88,24 @@ class Executor:
                 for node, queue in queues.items():
                     try:
                         while queue and len(flying[node]) < window:
-                            pipeline = queue.popleft()
-                            flying[node].append(pipeline)
+                            sending = _send(queue)
+                            flying[node].append(sending)
                             pipe = self._pools.pipe(node)
-                            pipe.send(exchange.payload(node, pipeline, pipe.connect()))
+                            connection = pipe.connect()
+                            pipe.send(
+                                b"".join([exchange.payload(node, p, connection) for p in sending])
+                            )
                     except CacheUnavailable:
                         failed(node)
                 for node, in_flight in flying.items():
                     if not in_flight:
                         continue
-                    pipeline = in_flight[0]
-                    pipe = self._pools.pipe(node)
-                    job = jobs[pipeline.job]
+                    sent, pipe = in_flight[0], self._pools.pipe(node)
                     try:
-                        if job.quiet:
-                            suffix = exchange.suffixes[node]
-                            renamed = exchange.renamed(pipeline.keys)
-                            replies: Any = (pipe.receive_quiet(), suffix, renamed)
-                        elif job.values:
-                            replies = pipe.receive_values(len(pipeline.keys))
-                        else:
-                            lines = pipe.receive(len(pipeline.keys))
-                            replies = exchange.read(node, pipeline, lines)
-                        done.append(Answered(pipeline.job, pipe, pipeline.keys, replies))
+                        while sent:
+                            pipeline = sent[0]
+                            done.append(self._answer(exchange, node, pipe, pipeline))
+                            sent.popleft()
                     except CacheUnavailable:
                         failed(node)
                     else:
@@ -132,6 +132,19 @@ class Executor:
         if placement is not None and router.trust.ring.current() is not placement:
             self._unplaced(jobs, done, placement)
         return done
+
+    @staticmethod
+    def _answer(exchange: Exchange, node: str, pipe: ServerPipe, pipeline: Pipeline) -> Answered:
+        """The replies of ``pipeline``, the next unread on ``pipe``."""
+        job = exchange.jobs[pipeline.job]
+        if job.quiet:
+            suffix = exchange.suffixes[node]
+            replies: Any = (pipe.receive_quiet(), suffix, exchange.renamed(pipeline.keys))
+        elif job.values:
+            replies = pipe.receive_values(len(pipeline.keys))
+        else:
+            replies = exchange.read(node, pipeline, pipe.receive(len(pipeline.keys)))
+        return Answered(pipeline.job, pipe, pipeline.keys, replies)
 
     def _unplaced(self, jobs: Sequence[Job], done: list[Answered], placement: Placement) -> None:
         """The ring lease this exchange was placed under ran out before its end: the values
@@ -161,3 +174,15 @@ class Executor:
                 ]
             kept = [item if ok else None for ok, item in zip(same, answered.replies, strict=True)]
             done[at] = answered._replace(replies=kept)
+
+
+def _send(queue: deque[Pipeline]) -> deque[Pipeline]:
+    """The next send from a server's ``queue``: its first pipeline and those after it while
+    the send stays within ``PIPELINE`` commands (so the window bounds unread replies as one
+    pipeline each would)."""
+    sending = deque([queue.popleft()])
+    commands = len(sending[0].keys)
+    while queue and commands + len(queue[0].keys) <= PIPELINE:
+        commands += len(queue[0].keys)
+        sending.append(queue.popleft())
+    return sending
