@@ -10,12 +10,23 @@
 //! container of another kind, it compares as the reference does (not equal, or unordered).
 
 use hashbrown::HashTable;
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::exceptions::{PyAttributeError, PyIndexError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFrozenSet, PyInt, PyList, PySet, PySlice, PyString, PyTuple, PyType};
 use std::hash::BuildHasher;
+
+/// The named methods of a `frozenset` that `Members` answer as theirs.
+const SET_METHODS: [&str; 7] = [
+    "union",
+    "intersection",
+    "difference",
+    "symmetric_difference",
+    "issubset",
+    "issuperset",
+    "isdisjoint",
+];
 
 /// The members' bytes and where each ends.
 pub struct Buffer {
@@ -147,21 +158,6 @@ impl Members {
         Ok(self.buf.frozen(py, &self.set)?.into_bound(py))
     }
 
-    /// The frozenset's method `name` applied to `args`, any `Members` among them as theirs.
-    fn set_method(
-        &self,
-        py: Python<'_>,
-        name: &str,
-        args: &Bound<'_, PyTuple>,
-    ) -> PyResult<Py<PyAny>> {
-        let args = args
-            .iter()
-            .map(|arg| Ok(as_set(py, &arg)?.unwrap_or(arg)))
-            .collect::<PyResult<Vec<_>>>()?;
-        let args = PyTuple::new(py, args)?;
-        Ok(self.frozen_set(py)?.call_method1(name, args)?.unbind())
-    }
-
     /// A set operator: the frozenset's, which answers `NotImplemented` for anything not a set.
     fn set_op(&self, py: Python<'_>, other: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
         let other = as_set(py, other)?.unwrap_or_else(|| other.clone());
@@ -257,43 +253,15 @@ impl Members {
         self.set_op(py, other, "__rxor__")
     }
 
-    #[pyo3(signature = (*others))]
-    fn union(&self, py: Python<'_>, others: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "union", others)
-    }
-
-    #[pyo3(signature = (*others))]
-    fn intersection(&self, py: Python<'_>, others: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "intersection", others)
-    }
-
-    #[pyo3(signature = (*others))]
-    fn difference(&self, py: Python<'_>, others: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "difference", others)
-    }
-
-    #[pyo3(signature = (*others))]
-    fn symmetric_difference(
-        &self,
-        py: Python<'_>,
-        others: &Bound<'_, PyTuple>,
-    ) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "symmetric_difference", others)
-    }
-
-    #[pyo3(signature = (*others))]
-    fn issubset(&self, py: Python<'_>, others: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "issubset", others)
-    }
-
-    #[pyo3(signature = (*others))]
-    fn issuperset(&self, py: Python<'_>, others: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "issuperset", others)
-    }
-
-    #[pyo3(signature = (*others))]
-    fn isdisjoint(&self, py: Python<'_>, others: &Bound<'_, PyTuple>) -> PyResult<Py<PyAny>> {
-        self.set_method(py, "isdisjoint", others)
+    /// The frozenset's named set methods (`union`, `issubset`, ...), bound to the members'
+    /// `frozenset`: each takes any iterable, `Members` among them.
+    fn __getattr__<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        if !SET_METHODS.contains(&name) {
+            return Err(PyAttributeError::new_err(format!(
+                "'Members' object has no attribute '{name}'"
+            )));
+        }
+        self.frozen_set(py)?.getattr(name)
     }
 
     /// Itself, as a frozenset's copy is (nothing here changes).

@@ -1,6 +1,7 @@
 """The blocking client's I/O: a batch's pipelines (memcache/exchange.py) run as one pipelined
 exchange per server, all servers at once. ``Executor.run`` sends a server's pipelines in sends
-of at most ``PIPELINE`` commands (consecutive small pipelines, of any jobs, in one write: a
+of at most ``PIPELINE`` keyed commands (each quiet pipeline's closing ``mn`` besides, whose reply
+is four bytes; consecutive small pipelines, of any jobs, in one write: a
 batch of many small jobs, as a fan-out of posts with a few followers each, costs a system
 call and a wait per send, not per job and server), keeps at most ``WINDOW`` sends unanswered
 per server, and reads the replies back in order: while one server's replies are read, the
@@ -178,8 +179,8 @@ class Executor:
 
 def _send(queue: deque[Pipeline]) -> deque[Pipeline]:
     """The next send from a server's ``queue``: its first pipeline and those after it while
-    the send stays within ``PIPELINE`` commands (so the window bounds unread replies as one
-    pipeline each would)."""
+    the send stays within ``PIPELINE`` keyed commands (a quiet pipeline's ``mn`` not counted:
+    its reply is four bytes), so the window bounds unread replies as one pipeline each would."""
     sending = deque([queue.popleft()])
     commands = len(sending[0].keys)
     while queue and commands + len(queue[0].keys) <= PIPELINE:
