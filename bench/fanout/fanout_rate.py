@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from bench.cache.raw_memcached import noreply_limit, pipelined
 from bench.support.graph_builder import build_followers
@@ -180,7 +180,7 @@ def kafka_round_trip(s: Settings) -> float:
     consumer = Consumer({"bootstrap.servers": s.kafka, "group.id": topic, "fetch.wait.max.ms": 50})
     # From the partition's end as an offset, not OFFSET_END: a logical end is resolved by the
     # consumer's first fetch, which can come after the first message was produced, and skip it.
-    _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    end = _end_offset(consumer, TopicPartition(topic, 0))
     consumer.assign([TopicPartition(topic, 0, end)])
     consumer.poll(1.0)  # fetching from the end before the first message is produced
     trips: list[float] = []
@@ -196,3 +196,18 @@ def kafka_round_trip(s: Settings) -> float:
     finally:
         consumer.close()
     return statistics.median(trips)
+
+
+def _end_offset(consumer: Consumer, partition: TopicPartition) -> int:
+    """The partition's end offset, asked again while the broker does not know the partition
+    yet (a topic just created: ``_UNKNOWN_PARTITION`` until its metadata reaches the client),
+    for at most 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(partition, timeout=10)[1])
+        except KafkaException as exc:
+            unknown = exc.args[0].code() == KafkaError._UNKNOWN_PARTITION
+            if not unknown or time.monotonic() > deadline:
+                raise
+            consumer.list_topics(partition.topic, timeout=10)  # fetch its metadata again
