@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.property_budget import examples
 from timeline_fanout.graph.model.keys import KeySpace
 from timeline_fanout.memcache.ring import MOVED, place, winners, winners_reference
 from timeline_fanout.memcache.router import by_owner, by_owner_reference
@@ -92,7 +93,7 @@ def taken(parse: object, buf: bytes, pos: int, count: int, writable: bool, stamp
     return ("taken", result, list(found), [type(item) for item in found])
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @given(streams(), st.integers(-3, 3), st.integers(0, 12), st.sampled_from([b"", b"/1", b"/42"]))
 def test_native_take_values_matches_the_reference_for_any_replies(
     stream: tuple[bytes, bool], start: int, count: int, stamp: bytes

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tests.property_budget import examples
 from timeline_fanout.native_core import core
 from timeline_fanout.schemas import (
     EventDecodeError,
@@ -106,7 +107,7 @@ def outcome(decode: Callable[[bytes], object], payload: bytes) -> tuple[object, 
     return ("decoded", type(event), event, getattr(event, "__dict__", None), fields)
 
 
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(payloads())
 def test_native_task_decode_matches_the_reference(payload: bytes) -> None:
     assert outcome(decode_event, payload) == outcome(decode_event_reference, payload)

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tests.property_budget import examples
 from timeline_fanout.graph.lists.tokens import (
     CorruptList,
     DecodedList,
@@ -78,7 +79,7 @@ def outcome(decoder: object, shards: list[bytes]) -> Outcome:
     return ("decoded", frozen(members), len(members), sorted(members), decoded.tokens)
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @given(any_shards)
 def test_native_decode_matches_the_reference_for_any_shards(shards: list[bytes]) -> None:
     assert outcome(decode, shards) == outcome(decode_reference, shards)
@@ -110,7 +111,7 @@ def attempt(make: Callable[[], object]) -> tuple[str, object]:
         return ("refused", str(exc))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(shard_lists, st.integers(1, 6), st.sampled_from(list(ListKind)), st.integers(0, 2**40))
 def test_decoded_members_pass_on_as_the_references_set(
     shards: list[bytes], size: int, kind: ListKind, ts: int

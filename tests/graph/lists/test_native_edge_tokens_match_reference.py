@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.property_budget import examples
 from timeline_fanout.graph.lists.tokens import edge_tokens, edge_tokens_reference
 from timeline_fanout.graph.model.edges import EdgeChange
 from timeline_fanout.graph.model.keys import ListKind, ListRef
@@ -60,7 +61,7 @@ def outcome(encoder: Any, changes: list[EdgeChange]) -> tuple[str, object]:
     return ("tokens", list(tokens.items()))
 
 
-@settings(max_examples=600)
+@settings(max_examples=examples(600))
 @given(anything)
 def test_native_edge_tokens_match_the_reference_for_any_changes(
     changes: list[EdgeChange],
@@ -68,7 +69,7 @@ def test_native_edge_tokens_match_the_reference_for_any_changes(
     assert outcome(edge_tokens, changes) == outcome(edge_tokens_reference, changes)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(plain)
 def test_the_core_encodes_every_batch_the_consumer_writes(changes: list[EdgeChange]) -> None:
     assert core is not None
