@@ -62,6 +62,7 @@ class KeySpace:
         if not _NAMESPACE_RE.fullmatch(namespace):
             raise ValueError(f"cache namespace {namespace!r}: 1..32 of [A-Za-z0-9_.:@-]")
         self.namespace = namespace
+        self._copies: dict[str, tuple[bytes, ...]] = {}  # ``copies``, made once per name
 
     def list_keys(self, kind: ListKind, users: Sequence[str]) -> list[bytes]:
         """The lists' keys, built only from valid ids (a key is the other place user input
@@ -117,9 +118,14 @@ class KeySpace:
         readers to the store; writers write every copy (``copies``)."""
         return self.copies(name)[zlib.crc32(reader.encode("ascii")) % ITEM_COPIES]
 
-    def copies(self, name: str) -> list[bytes]:
-        """Every copy of the item ``name`` (see ``copy_for``)."""
-        return [f"{self.namespace}|{name}|{n}".encode("ascii") for n in range(ITEM_COPIES)]
+    def copies(self, name: str) -> tuple[bytes, ...]:
+        """Every copy of the item ``name`` (see ``copy_for``): made once, as every page asks
+        one (a tuple: the callers share it)."""
+        made = self._copies.get(name)
+        if made is None:
+            made = tuple(f"{self.namespace}|{name}|{n}".encode("ascii") for n in range(ITEM_COPIES))
+            self._copies[name] = made
+        return made
 
     def celebrities_key(self, reader: str) -> bytes:
         """The copy of the celebrity set ``reader``'s pages ask (``{ns}|celebrities|{n}``)."""

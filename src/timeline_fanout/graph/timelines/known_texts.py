@@ -16,6 +16,7 @@ to a read that found any one of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from timeline_fanout.graph.model.keys import ITEM_COPIES
@@ -44,12 +45,16 @@ class KnownTexts:
     def __init__(self) -> None:
         self._texts: dict[bytes, KnownText] = {}
 
-    def get(self, key: bytes, mark: bytes, now: float) -> KnownText | None:
-        """The text of body ``key`` if it is known under ``mark`` until after ``now``."""
-        known = self._texts.get(key)
-        if known is None or known.marks.get(mark, 0.0) <= now:
-            return None
-        return known
+    def texts(self, keys: Iterable[bytes], mark: bytes, now: float) -> dict[bytes, str | None]:
+        """The texts of those body ``keys`` known under ``mark`` until after ``now``, by key
+        (one call a page: the lookup of each of its entries is two dict reads)."""
+        known = self._texts
+        found: dict[bytes, str | None] = {}
+        for key in keys:
+            text = known.get(key)
+            if text is not None and text.marks.get(mark, 0.0) > now:
+                found[key] = text.text
+        return found
 
     def remember(self, texts: dict[bytes, str | None], mark: bytes, until: float) -> None:
         """``texts`` (by body key) read live after a first multi-GET that found ``mark``, to be

@@ -211,13 +211,11 @@ class PostBodies:
         now = self._fresh.monotonic()
         for post, key in zip(posts, self.keys(posts), strict=True):
             item = found.get(key)
-            if item is not None and self._take(bodies, post, item.value):
-                continue
-            seen = None if mark is None else self._known.get(key, mark.value, now)
-            if seen is not None:
-                bodies.texts[post] = seen.text
-            else:
+            if item is None or not self._take(bodies, post, item.value):
                 unread[key] = post
+        if unread and mark is not None:
+            for key, text in self._known.texts(unread, mark.value, now).items():
+                bodies.texts[unread.pop(key)] = text
         if not unread:
             return bodies
         got = yield from multi_get(list(unread))

@@ -205,7 +205,7 @@ class TimelineReader:
         ahead = 0
         while True:
             entries = yield from self._walking(user, got, limit + ahead, cursor, gone)
-            names = [e.post for e in entries]
+            names = [f"{author}!{post_id}" for _, author, post_id in entries]  # ``.post``'s
             if len(entries) < limit + ahead:
                 down_to = entries[-1].member if entries else (cursor or "")
                 above = yield from self._walked_above(got, down_to)
@@ -218,7 +218,8 @@ class TimelineReader:
             gone |= found
             ahead = 2 * ahead + len(found) + limit
         entries = entries[:limit]
-        texts = [bodies.texts.get(e.post) for e in entries]
+        # ``names`` starts with the entries' own names, in order (the walk shows a post once).
+        texts = list(map(bodies.texts.get, names[: len(entries)]))
         return Walked(entries, len(got.following), texts)
 
     def _drop_stale_celebrities(self, got: Fetched, deleted: set[str]) -> Plan[None]:
