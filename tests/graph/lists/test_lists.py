@@ -135,6 +135,20 @@ def test_any_lost_item_yields_the_exact_list(
     assert set(sqlite_store.followers("star", limit=1000)) == expected
 
 
+def test_a_counter_holding_no_number_is_seeded_again_and_the_write_lands(
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
+) -> None:
+    """Bytes our writers never write in a shard's counter (memcached refuses to count them)
+    are a lost counter: every later write to the list must not fail on it until it expires."""
+    lists.read(STAR)  # materialise it: writes only append to lists in the cache
+    write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
+    counter = counter_key(shard_keys(lists, STAR)[-1])
+    lists.cache.append_many({counter: b"x"})
+    write(sqlite_store, lists, [EdgeChange("b", "star", True, 2)])
+    assert lists.read(STAR) == {"a", "b"}
+    assert lists.cache.get_many([counter]) != {counter: b"x"}
+
+
 def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ShardedLists) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
