@@ -157,6 +157,19 @@ def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ShardedLi
     assert lists.stats.invalidations == 1
 
 
+@pytest.mark.parametrize("member", [b"x" * 65, b"a/b", b"a\x01b"])
+def test_a_member_that_is_no_user_id_makes_the_list_corrupt(
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists, member: bytes
+) -> None:
+    """A well-formed token our writers never write (its member no id) is a corrupt byte like
+    any other: the list is rebuilt, never served (a fan-out would fail building its key)."""
+    lists.read(STAR)  # materialise it: writes only append to lists in the cache
+    write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
+    lists.cache.append_many({shard_keys(lists, STAR)[-1]: b"+" + member + b"#2 "})
+    assert lists.read(STAR) == {"a"}
+    assert lists.stats.invalidations == 1
+
+
 def test_flush_of_every_server_mid_run_still_yields_exact_lists(
     sqlite_store: SqliteEdgeStore, lists: ShardedLists
 ) -> None:
