@@ -60,12 +60,13 @@ JOURNAL = b"j"
 FILLING = b"~"
 
 
-# What writers put in a head: a generation of 16 lower-case hex digits (``new_generation``: the
-# deadline, then 8 fresh digits) and shard names of hex digits (``0..k`` of a build, rollovers'
-# fresh hex) or the journal's ``j``. Anything else is a corrupt head, dropped like one: bytes
-# that only look like a head would name keys past memcached's 250-byte limit, or a deadline
-# that is no number, and fail every write to the list until it expires.
-_GEN = re.compile(rb"[0-9a-f]{16}")
+# What writers put in a head: a generation of lower-case hex digits, its first 8 the deadline
+# (``new_generation`` writes 16: the deadline, then 8 fresh digits), and shard names of hex
+# digits (``0..k`` of a build, a rollover's fresh hex) or the journal's ``j``. Anything else is
+# a corrupt head, dropped like one: bytes that only look like a head would name keys past
+# memcached's 250-byte limit, or a deadline that is no number, and fail every write to the list
+# until it expires.
+_GEN = re.compile(rb"[0-9a-f]{8,16}")
 _SHARD = re.compile(rb"j|[0-9a-f]{1,16}")
 
 
