@@ -73,6 +73,15 @@ def test_a_set_larger_than_the_item_limit_is_too_large(cache: MemcacheCluster) -
     assert cache.get_many([b"s", b"t"]) == {b"t": b"1"}
 
 
+def test_a_counter_holding_no_number_is_deleted_and_answered_as_missing(
+    cache: MemcacheCluster,
+) -> None:
+    cache.set_many({b"n": b"1x", b"m": b"7", b"d": b"\xff"})
+    assert cache.incr_many({b"n": 1, b"m": 1}) == {b"n": None, b"m": 8}  # the connection goes on
+    cache.decr_many({b"d": 1})
+    assert cache.get_many([b"n", b"m", b"d"]) == {b"m": b"8"}
+
+
 def test_counters_and_cas(cache: MemcacheCluster) -> None:
     assert cache.incr_many({b"n": 5}) == {b"n": None}
     cache.add_many({b"n": b"10"})

@@ -30,6 +30,7 @@ from timeline_fanout.memcache.pools import Connect, ServerPools, tcp
 from timeline_fanout.memcache.router import Router
 from timeline_fanout.memcache.trust import ServerTrust
 from timeline_fanout.memcache.wire import (
+    NOT_A_NUMBER,
     NOT_READ,
     NOT_STORED,
     QUIET_VALUE_MAX,
@@ -259,9 +260,14 @@ class MemcacheCluster:
         return self._outcomes(Job(build, list(items), ids, absent=b"NF\r\n", cas_column=0))
 
     def _lines(
-        self, command: bytes, args: Mapping[bytes, bytes], absent: bytes | None
+        self,
+        command: bytes,
+        args: Mapping[bytes, bytes],
+        absent: bytes | None,
+        allowed: bytes = b"",
     ) -> dict[bytes, bytes]:
-        """``absent``: as in ``Job`` (None for a read)."""
+        """``absent``: as in ``Job`` (None for a read); ``allowed``: an error reply that is an
+        answer about the item, returned as the key's reply instead of raised."""
 
         def build(keys: list[bytes], data: list[bytes]) -> bytes:
             return line_pipeline(command, keys, data)
@@ -269,17 +275,32 @@ class MemcacheCluster:
         job = Job(build, list(args), (list(args.values()),), absent=absent)
         replies: dict[bytes, bytes] = {}
         for _, pipe, keys, raw in self._executor.run([job], self._best_effort):
-            replies.update(zip(keys, pipe.reply_lines(raw), strict=True))
+            replies.update(zip(keys, pipe.reply_lines(raw, allowed), strict=True))
         return replies
 
+    def _count(self, command: bytes, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:
+        """incr or decr; a counter holding anything but a number (bytes our writers never
+        write) is deleted and answered as missing, so that its writer seeds it again from the
+        shard, as after an eviction; a corrupt item must not fail every batch that counts on
+        it until it expires."""
+        args = {k: b" %d" % d for k, d in deltas.items()}
+        replies = self._lines(command, args, _GONE, allowed=NOT_A_NUMBER)
+        corrupt = [k for k, v in replies.items() if v == NOT_A_NUMBER]
+        if corrupt:
+            self.delete_many(corrupt)
+        return {
+            k: None if v in (b"NOT_FOUND", NOT_A_NUMBER) else int(v) for k, v in replies.items()
+        }
+
     def incr_many(self, deltas: Mapping[bytes, int]) -> dict[bytes, int | None]:
-        """New values, None where the counter does not exist."""
-        replies = self._lines(b"incr", {k: b" %d" % d for k, d in deltas.items()}, _GONE)
-        return {k: None if v == b"NOT_FOUND" else int(v) for k, v in replies.items()}
+        """New values, None where the counter does not exist (or held no number: it is
+        deleted)."""
+        return self._count(b"incr", deltas)
 
     def decr_many(self, deltas: Mapping[bytes, int]) -> None:
-        """Counters shrunk (memcached stops at 0); a missing one stays missing."""
-        self._lines(b"decr", {k: b" %d" % d for k, d in deltas.items()}, _GONE)
+        """Counters shrunk (memcached stops at 0); a missing one stays missing, one that held
+        no number is deleted."""
+        self._count(b"decr", deltas)
 
     def exists_many(self, keys: Iterable[bytes]) -> dict[bytes, bool]:
         """Meta get without flags: a hit (HD) or a miss (EN), no value sent, and the item's

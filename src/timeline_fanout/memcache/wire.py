@@ -28,6 +28,9 @@ from timeline_fanout.native_core import core
 STORED = b"STORED\r\n"
 NOT_STORED = b"NOT_STORED\r\n"
 TOO_LARGE = b"SERVER_ERROR object too large for cache"
+# memcached's answer to incr/decr of an item that does not hold a decimal number (bytes written
+# by anything but our writers): an answer about the item, the connection goes on.
+NOT_A_NUMBER = b"CLIENT_ERROR cannot increment or decrement non-numeric value"
 # The longest value a quiet append carries. A quiet ``ms`` too large for the server is answered
 # by a ``SERVER_ERROR`` that names no key, and memcached 1.6 also unlinks the item it would
 # have appended to; memcached's item size limit (``-I``) is at least 1 KB, so a key (at most

@@ -9,7 +9,7 @@ impossible by construction rather than by escaping.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Annotated
 
 from pydantic import StringConstraints, WithJsonSchema
@@ -45,7 +45,7 @@ def is_valid_id(value: object) -> bool:
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
 
 
-def all_valid_ids(values: Sequence[str]) -> bool:
+def all_valid_ids(values: Collection[str]) -> bool:
     """``is_valid_id`` for every value, in one regex match over the values joined by spaces (a
     fan-out builds keys for thousands of followers at a time). The space count rules out a
     value with a space in it passing as two ids."""

@@ -135,12 +135,65 @@ def test_any_lost_item_yields_the_exact_list(
     assert set(sqlite_store.followers("star", limit=1000)) == expected
 
 
+def test_a_counter_holding_no_number_is_seeded_again_and_the_write_lands(
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists
+) -> None:
+    """Bytes our writers never write in a shard's counter (memcached refuses to count them)
+    are a lost counter: every later write to the list must not fail on it until it expires."""
+    lists.read(STAR)  # materialise it: writes only append to lists in the cache
+    write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
+    counter = counter_key(shard_keys(lists, STAR)[-1])
+    lists.cache.append_many({counter: b"x"})
+    write(sqlite_store, lists, [EdgeChange("b", "star", True, 2)])
+    assert lists.read(STAR) == {"a", "b"}
+    assert lists.cache.get_many([counter]) != {counter: b"x"}
+
+
 def test_corrupt_list_is_rebuilt(sqlite_store: SqliteEdgeStore, lists: ShardedLists) -> None:
     lists.read(STAR)  # materialise it: writes only append to lists in the cache
     write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
     lists.cache.append_many({shard_keys(lists, STAR)[-1]: b"garbage "})
     assert lists.read(STAR) == {"a"}
     assert lists.stats.invalidations == 1
+
+
+@pytest.mark.parametrize("member", [b"x" * 65, b"a/b", b"a\x01b"])
+def test_a_member_that_is_no_user_id_makes_the_list_corrupt(
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists, member: bytes
+) -> None:
+    """A well-formed token our writers never write (its member no id) is a corrupt byte like
+    any other: the list is rebuilt, never served (a fan-out would fail building its key)."""
+    lists.read(STAR)  # materialise it: writes only append to lists in the cache
+    write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
+    lists.cache.append_many({shard_keys(lists, STAR)[-1]: b"+" + member + b"#2 "})
+    assert lists.read(STAR) == {"a"}
+    assert lists.stats.invalidations == 1
+
+
+@pytest.mark.parametrize("forged", ["long generation", "generation not hex", "long shard name"])
+def test_a_head_no_writer_writes_is_corrupt_and_the_write_lands(
+    sqlite_store: SqliteEdgeStore, lists: ShardedLists, forged: str
+) -> None:
+    """A head whose names only look like ours (keys past memcached's 250-byte limit, a
+    deadline that is no number; its shards and a full counter in place, so the next write
+    rolls over) is dropped like any corrupt head: the write is neither retried forever nor
+    failed as poison, and the list is exact."""
+    lists.read(STAR)  # materialise it: writes only append to lists in the cache
+    write(sqlite_store, lists, [EdgeChange("a", "star", True, 1)])
+    head = lists.index_key(STAR)
+    idx = index_of(lists, STAR)
+    gen, shards = {
+        "long generation": (b"a" * 240, idx.shards),
+        "generation not hex": (b"zzzzzzzz" + idx.gen[8:], idx.shards),
+        "long shard name": (idx.gen, (*idx.shards, b"b" * 240)),
+    }[forged]
+    items = lists.cache.get_many(shard_keys(lists, STAR))
+    copies = {shard_key(head, gen, s): items.get(shard_key(head, idx.gen, s), b"") for s in shards}
+    copies[counter_key(shard_key(head, gen, shards[-1]))] = b"99999"
+    lists.cache.set_many({k: v for k, v in copies.items() if len(k) <= 250})
+    lists.cache.set_many({head: Index(gen, shards, False).encode()})
+    write(sqlite_store, lists, [EdgeChange("b", "star", True, 2)])
+    assert lists.read(STAR) == {"a", "b"}
 
 
 def test_flush_of_every_server_mid_run_still_yields_exact_lists(

@@ -14,6 +14,7 @@ from timeline_fanout.graph.lists.tokens import (
     _winners,
     compact_shards,
     decode,
+    decode_reference,
     encode,
     encode_members,
     parse_token,
@@ -189,6 +190,18 @@ def test_corrupt_bytes_are_reported_not_guessed() -> None:
         compact_shards([b"+a", b"*b "])
     with pytest.raises(CorruptList):
         compact_shards([b"+a#1 +b#x1 "])
+
+
+@pytest.mark.parametrize(
+    "shards",
+    [[b"+a#1 -b#2 +ghost#ff"], [b"+a#1 +b#2 +ghost"], [b"+a +ghost"], [b"+a#1 ", b"+ghost"]],
+)
+def test_a_token_without_its_space_is_corrupt_not_a_member(shards: list[bytes]) -> None:
+    """Every token a writer appends ends with a space: a shard ending otherwise holds bytes no
+    writer wrote, and its last token must not count as a member (natively or not)."""
+    for read in (decode, decode_reference):
+        with pytest.raises(CorruptList):
+            read(shards)
 
 
 @pytest.mark.parametrize("bad", [b"+a#zz ", b"+a#1#2 ", b"+a#1F "])

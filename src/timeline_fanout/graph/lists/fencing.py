@@ -41,6 +41,7 @@ removal's token in whatever generation is current.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -57,6 +58,16 @@ JOURNAL = b"j"
 # What a fenced fill ADDs to an item without a value yet: a post body, an author's posts item, a
 # count (``filling``). Readers take it as a miss.
 FILLING = b"~"
+
+
+# What writers put in a head: a generation of lower-case hex digits, its first 8 the deadline
+# (``new_generation`` writes 16: the deadline, then 8 fresh digits), and shard names of hex
+# digits (``0..k`` of a build, a rollover's fresh hex) or the journal's ``j``. Anything else is
+# a corrupt head, dropped like one: bytes that only look like a head would name keys past
+# memcached's 250-byte limit, or a deadline that is no number, and fail every write to the list
+# until it expires.
+_GEN = re.compile(rb"[0-9a-f]{8,16}")
+_SHARD = re.compile(rb"j|[0-9a-f]{1,16}")
 
 
 class Index(NamedTuple):
@@ -81,8 +92,8 @@ class Index(NamedTuple):
         gen = gen.removesuffix(BUILDING)
         shards = tuple(p[1:] for p in parts[1:])
         if (
-            not gen.isalnum()
-            or not all(s.isalnum() for s in shards)
+            _GEN.fullmatch(gen) is None
+            or not all(_SHARD.fullmatch(s) for s in shards)
             or len(set(shards)) != len(shards)
         ):
             raise CorruptList(f"bad index {raw[:70]!r}")

@@ -202,6 +202,7 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
     if core is None:
         return decode_reference(chunks)
     shards = chunks if isinstance(chunks, list) else list(chunks)
+    _check_ends(shards)
     try:
         native = core.decode_list(shards)
     except ValueError as exc:  # the reference's reason, word for word
@@ -211,7 +212,9 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
 
 def decode_reference(chunks: Iterable[bytes]) -> DecodedList:
     """``decode`` in Python: the meaning of a list, wherever the native core is not built."""
-    data = b" ".join(chunks)
+    shards = chunks if isinstance(chunks, list) else list(chunks)
+    _check_ends(shards)
+    data = b" ".join(shards)
     toks = data.split()
     if _only_additions(data, len(toks)):
         # Add-only (a compacted list, a timeline), the common case: C speed all the way.
@@ -224,6 +227,15 @@ def decode_reference(chunks: Iterable[bytes]) -> DecodedList:
             raise CorruptList("non-ASCII bytes in a list") from None
         return DecodedList(members, len(toks))
     return DecodedList(frozenset(_winners(toks)), len(toks))
+
+
+def _check_ends(shards: Sequence[bytes]) -> None:
+    """Every token a writer appends ends with its space, so a shard that does not (a token cut
+    short, or bytes no writer wrote) is corrupt, whichever path would decode it: the last token
+    would otherwise count as a member."""
+    for shard in shards:
+        if shard and shard[-1:] != b" ":
+            raise CorruptList("a shard that does not end with a token's space")
 
 
 def additions(data: bytes) -> list[str] | None:
