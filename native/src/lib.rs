@@ -24,7 +24,8 @@ const SERVERS_LIMIT: u64 = 1 << 16;
 /// `wire.NOT_READ`: the time to live of an item read without it.
 const NOT_READ: i64 = -2;
 
-/// `tokens.decode` of the shards joined by a space: `(members, tokens)`, the members as
+/// `tokens.decode` of the shards joined by a space (`tokens.decode_ids` with `ids`: a member
+/// that is not a user id makes the list corrupt): `(members, tokens)`, the members as
 /// `Members` (each once, no `str` made), or `None` where the reference must decide (see the
 /// module's doc; shards that are no exact list of exact `bytes` among them). A `ValueError`
 /// carries the reference's message for a corrupt list.
@@ -32,6 +33,7 @@ const NOT_READ: i64 = -2;
 fn decode_list<'py>(
     py: Python<'py>,
     chunks: &Bound<'py, PyAny>,
+    ids: bool,
 ) -> PyResult<Option<(Bound<'py, Members>, usize)>> {
     let Ok(chunks) = chunks.cast_exact::<PyList>() else {
         return Ok(None);
@@ -60,6 +62,9 @@ fn decode_list<'py>(
         }
     };
     let (members, count) = decoded;
+    if ids && !members.iter().all(|m| tokens::valid_id(m)) {
+        return Err(PyValueError::new_err(tokens::NOT_AN_ID));
+    }
     // Every member is ASCII (checked by `decode`).
     let Some(members) = Buffer::distinct(members.into_iter()) else {
         return Ok(None);

@@ -46,6 +46,10 @@ fn lower_hex(b: u8) -> bool {
     b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
 }
 
+/// `tokens.NOT_AN_ID`: why a list of user ids holding something else is corrupt.
+pub const NOT_AN_ID: &str = "a member that is not a user id";
+
+/// `schemas.is_valid_id` for ASCII bytes.
 pub fn valid_id(id: &[u8]) -> bool {
     !id.is_empty()
         && id.len() <= 64

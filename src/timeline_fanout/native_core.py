@@ -36,7 +36,9 @@ class NativeCore(Protocol):
     Members: type[CompactMembers]
     MemberList: type[CompactMemberList]
 
-    def decode_list(self, chunks: list[bytes], /) -> tuple[CompactMembers, int] | None: ...
+    def decode_list(
+        self, chunks: list[bytes], ids: bool, /
+    ) -> tuple[CompactMembers, int] | None: ...
 
     def user_keys(self, prefix: str, users: Sequence[str], /) -> list[bytes] | None: ...
 

@@ -25,6 +25,7 @@ from timeline_fanout.graph.lists.tokens import (
     CorruptList,
     DecodedList,
     decode,
+    decode_ids,
     decode_reference,
     frozen,
     in_sequence,
@@ -44,7 +45,10 @@ pytestmark = pytest.mark.skipif(
 
 Outcome = tuple[str, object, object]
 
-members = st.sampled_from(["a", "b", "a-b", "-", "x.y", "u:1", "q@r", "-a", "0001!a!p1", "é"])
+# Ids, and members no id list holds (a timeline's, one too long, one not ASCII).
+members = st.sampled_from(
+    ["a", "b", "a-b", "-", "x.y", "u:1", "q@r", "-a", "0001!a!p1", "é", "l" * 64, "l" * 65]
+)
 # Positions as writers write them, ties included, and past what 16 hex digits hold.
 positions = st.one_of(st.integers(0, 12), st.integers(0, 2**64 + 5), st.none())
 written = st.builds(
@@ -60,8 +64,12 @@ written = st.builds(
 separators = st.sampled_from([" ", "  ", "\t", "\n", "\x0b", "\x1c", "\x1f"])
 odd = st.sampled_from(["+", "-", "#", "#1f", "#FF", "#-1", "#0x1", "#1_0", "# ", "#1#2", "x"])
 pieces = st.one_of(separators, odd, st.sampled_from(["\xff", "\x00", "a", "7"]))
-streams = st.lists(st.one_of(written, written, pieces), max_size=40).map(
-    lambda parts: "".join(parts).encode("latin-1")
+# A shard that does not end with a token's space is corrupt whatever it holds, so most end
+# with one, for the rest of the stream to decide.
+streams = st.builds(
+    lambda parts, ended: ("".join(parts) + ended).encode("latin-1"),
+    st.lists(st.one_of(written, written, pieces), max_size=40),
+    st.sampled_from([" ", " ", " ", ""]),
 )
 shard_lists = st.lists(streams, max_size=4)
 # Shards as any bytes-like object the reference joins: the core hands those back to it.
@@ -85,6 +93,16 @@ def test_native_decode_matches_the_reference_for_any_shards(shards: list[bytes])
     assert outcome(decode, shards) == outcome(decode_reference, shards)
 
 
+@settings(max_examples=examples(1000))
+@given(any_shards)
+def test_native_decode_of_id_lists_matches_the_reference_for_any_shards(
+    shards: list[bytes],
+) -> None:
+    assert outcome(decode_ids, shards) == outcome(
+        lambda chunks: decode_reference(chunks, ids=True), shards
+    )
+
+
 @given(
     st.lists(
         st.builds(
@@ -99,7 +117,7 @@ def test_native_decode_matches_the_reference_for_any_shards(shards: list[bytes])
 def test_the_core_decides_every_list_writers_write(tokens: list[str]) -> None:
     assert core is not None
     data = "".join(tokens).encode("ascii")
-    native = core.decode_list([data])
+    native = core.decode_list([data], False)
     assert native is not None
     assert DecodedList(*native) == decode_reference([data])
 
@@ -253,7 +271,7 @@ def test_member_lists_behave_as_the_list_of_their_strs(
     """A ``MemberList`` (a decode put in order, a task's followers read back, one rebuilt from
     ``str``s) answers every operation as the list of its ``str``s does, or raises the same."""
     assert core is not None
-    decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")])
+    decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")], False)
     assert decoded is not None
     kept = list(dict.fromkeys(ids))  # a decode keeps each member once, in order
     for members, reference in [(decoded[0].in_order(), kept), (core.MemberList(ids), ids)]:
@@ -274,8 +292,8 @@ def test_members_behave_as_the_set_of_their_strs(ids: list[str], others: list[ob
     """``Members`` (a decode's, one rebuilt from ``str``s) answer every operation as the
     ``frozenset`` of their ``str``s does, or raise the same; two decodes of one set are equal."""
     assert core is not None
-    decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")])
-    backwards = core.decode_list(["".join(f"+{m} " for m in reversed(ids)).encode("ascii")])
+    decoded = core.decode_list(["".join(f"+{m} " for m in ids).encode("ascii")], False)
+    backwards = core.decode_list(["".join(f"+{m} " for m in reversed(ids)).encode("ascii")], False)
     assert decoded is not None and backwards is not None
     assert backwards[0] == decoded[0] and hash(backwards[0]) == hash(decoded[0])
     same = frozenset(ids)

@@ -25,7 +25,7 @@ a list over; a list whose shards hold far less than they could is dropped and re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -41,17 +41,15 @@ from timeline_fanout.graph.lists.token_lists import (
 )
 from timeline_fanout.graph.lists.tokens import (
     CorruptList,
-    DecodedList,
     MemberSet,
     compact_shards,
-    decode,
+    decode_ids,
     encode_members,
     split_tokens,
 )
 from timeline_fanout.graph.model.edges import Snapshot
 from timeline_fanout.graph.model.keys import ListRef, counter_key, shard_key
 from timeline_fanout.memcache.cluster import Item, Outcome, keep_ttl
-from timeline_fanout.schemas import all_valid_ids
 
 # A NamedTuple's own __new__ is Python code; this makes the same tuple in one C call.
 _new = tuple.__new__
@@ -444,14 +442,3 @@ class ShardedLayout:
 
 
 ShardedLists = TokenLists[ShardedLayout]
-
-
-def decode_ids(chunks: Iterable[bytes]) -> DecodedList:
-    """``decode`` for a follower or following list, whose members are user ids: a member that
-    is not one (well formed as a token, but not written by our writers) makes the list corrupt,
-    so that it is dropped and rebuilt like any other corrupt list, never handed to a reader or
-    to a fan-out (where building its timeline key fails the batch)."""
-    decoded = decode(chunks)
-    if not all_valid_ids(decoded.members):
-        raise CorruptList("a member that is not a user id")
-    return decoded

@@ -24,10 +24,13 @@ from typing import NamedTuple, Protocol
 from timeline_fanout.graph.model.edges import EdgeChange
 from timeline_fanout.graph.model.keys import ListKind, ListRef
 from timeline_fanout.native_core import core
+from timeline_fanout.schemas import all_valid_ids
 
 PLUS = 0x2B
 MINUS = 0x2D
 _POSITIONS = re.compile(rb"#[0-9a-f]+ ")
+# Why a follower or following list holding something else than user ids is corrupt.
+NOT_AN_ID = "a member that is not a user id"
 
 
 class CorruptList(ValueError):
@@ -199,19 +202,40 @@ def decode(chunks: Iterable[bytes]) -> DecodedList:
     native core where it runs (timeline_fanout/native_core.py), which hands back to
     ``decode_reference`` any list it does not decide itself, so results and errors are the
     reference's."""
+    return _decoded(chunks, ids=False)
+
+
+def decode_ids(chunks: Iterable[bytes]) -> DecodedList:
+    """``decode`` for a follower or following list, whose members are user ids: a member that
+    is not one (well formed as a token, but not written by our writers) makes the list corrupt,
+    so that it is dropped and rebuilt like any other corrupt list, never handed to a reader or
+    to a fan-out (where building its timeline key fails the batch). The core checks each member
+    as it decodes, without a ``str`` per member."""
+    return _decoded(chunks, ids=True)
+
+
+def _decoded(chunks: Iterable[bytes], ids: bool) -> DecodedList:
     if core is None:
-        return decode_reference(chunks)
+        return decode_reference(chunks, ids)
     shards = chunks if isinstance(chunks, list) else list(chunks)
     _check_ends(shards)
     try:
-        native = core.decode_list(shards)
+        native = core.decode_list(shards, ids)
     except ValueError as exc:  # the reference's reason, word for word
         raise CorruptList(str(exc)) from None
-    return decode_reference(shards) if native is None else DecodedList(*native)
+    return decode_reference(shards, ids) if native is None else DecodedList(*native)
 
 
-def decode_reference(chunks: Iterable[bytes]) -> DecodedList:
-    """``decode`` in Python: the meaning of a list, wherever the native core is not built."""
+def decode_reference(chunks: Iterable[bytes], ids: bool = False) -> DecodedList:
+    """``decode`` in Python (``decode_ids`` with ``ids``): the meaning of a list, wherever the
+    native core is not built."""
+    decoded = _decoded_reference(chunks)
+    if ids and not all_valid_ids(decoded.members):
+        raise CorruptList(NOT_AN_ID)
+    return decoded
+
+
+def _decoded_reference(chunks: Iterable[bytes]) -> DecodedList:
     shards = chunks if isinstance(chunks, list) else list(chunks)
     _check_ends(shards)
     data = b" ".join(shards)
