@@ -1,7 +1,8 @@
 """The per-member passes of a fan-out, by the native core and by the Python reference in
 alternation in one process (each figure's baseline is the other implementation, same run): the
-decode of a follower list of N members as the graph consumer writes it (positioned additions
-in 64 KiB shards; and with 1% removals, the general path), the chunk tasks of a post to N
+decode of a follower list of N members as the graph consumer writes it, each member checked as
+a user id (``decode_ids``; positioned additions in 64 KiB shards; and with 1% removals, the
+general path), the chunk tasks of a post to N
 followers (built, enveloped, encoded, decoded), the timeline keys of N followers, each from
 the followers as its decode gives them (the core's ``MemberList``, the reference's ``str``s),
 and those keys placed on three servers (the core's ``place`` against the reference's families
@@ -24,7 +25,7 @@ from pathlib import Path
 from bench.support.report import Report, Row
 from timeline_fanout.cli.settings import Settings
 from timeline_fanout.graph.lists.tokens import (
-    decode,
+    decode_ids,
     decode_reference,
     encode_members,
     in_sequence,
@@ -113,7 +114,7 @@ def _held(path: str) -> None:
     """The passes over one list, everything held; prints the peak RSS growth in MiB."""
     shards = split_tokens(Path(path).read_bytes(), 64 * 1024)
     before = _high_water_kib()
-    members = in_sequence(decode(shards).members)  # as the fan-out holds them
+    members = in_sequence(decode_ids(shards).members)  # as the fan-out holds them
     payloads = [
         encode_event(_enveloped(fanout_task("a", "p", 1, c, members[i : i + CHUNK])))
         for c, i in enumerate(range(0, len(members), CHUNK))
@@ -155,7 +156,7 @@ def _passes(n: int) -> dict[str, dict[str, Callable[[], object]]]:
     with_removals = [*shards, removed]
     # Each implementation's followers as its decode gives them to the fan-out: the core's
     # Members (no str each) and the reference's str's.
-    decoded = in_sequence(decode(shards).members)
+    decoded = in_sequence(decode_ids(shards).members)
     given = {"reference": members, "native": decoded}
     chunks = {name: [m[i : i + CHUNK] for i in range(0, n, CHUNK)] for name, m in given.items()}
     keys = KeySpace("tf")
@@ -179,12 +180,12 @@ def _passes(n: int) -> dict[str, dict[str, Callable[[], object]]]:
 
     return {
         "decode": {
-            "reference": lambda: decode_reference(shards),
-            "native": lambda: decode(shards),
+            "reference": lambda: decode_reference(shards, ids=True),
+            "native": lambda: decode_ids(shards),
         },
         "decode_with_removals": {
-            "reference": lambda: decode_reference(with_removals),
-            "native": lambda: decode(with_removals),
+            "reference": lambda: decode_reference(with_removals, ids=True),
+            "native": lambda: decode_ids(with_removals),
         },
         "chunk_tasks": {
             "reference": tasks(
