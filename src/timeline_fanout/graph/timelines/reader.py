@@ -205,7 +205,7 @@ class TimelineReader:
         ahead = 0
         while True:
             entries = yield from self._walking(user, got, limit + ahead, cursor, gone)
-            names = [f"{author}!{post_id}" for _, author, post_id in entries]  # ``.post``'s
+            names = [e.post for e in entries]
             if len(entries) < limit + ahead:
                 down_to = entries[-1].member if entries else (cursor or "")
                 above = yield from self._walked_above(got, down_to)
