@@ -122,3 +122,47 @@ def test_concurrent_writers_of_existing_edges_end_at_the_newer_position(
     and there the race may or may not show it, which would make a test that cannot fail."""
     wrong, _refused = race(real_mongodb, "collection", rounds=2)
     assert wrong == {}
+
+
+USERS = 200
+
+
+def mark_users(url: str, writer: int, barrier: Barrier) -> None:
+    """Each user's document is first written by both writers at once: a removal at a
+    writer-specific position, then a celebrity mark."""
+    with pymongo.MongoClient(url) as client:
+        store = MongoEdgeStore(client.get_default_database(), "collection")
+        for start in range(0, USERS, BATCH):
+            users = [f"u{n}" for n in range(start, start + BATCH)]
+            barrier.wait(timeout=60)
+            for n, user in enumerate(users, start):
+                store.remove_user(user, 2 * n + writer)
+            barrier.wait(timeout=60)
+            store.add_celebrities([f"c{n}" for n in range(start, start + BATCH)])
+
+
+@pytest.mark.parametrize("server_fixture", SERVERS)
+def test_concurrent_first_writes_of_a_user_document_all_land(
+    request: pytest.FixtureRequest, server_fixture: str
+) -> None:
+    """Two writers creating the same user document at once (a replay over a live consumer):
+    neither fails, the removal holds the newer position and every celebrity is recorded."""
+    server: MongoServer = request.getfixturevalue(server_fixture)
+    url = server.database_url()
+    with pymongo.MongoClient(url) as client:
+        MongoEdgeStore(client.get_default_database(), "collection")
+    spawn = multiprocessing.get_context("spawn")
+    barrier = spawn.Barrier(2)
+    writers = [spawn.Process(target=mark_users, args=(url, w, barrier)) for w in (0, 1)]
+    for proc in writers:
+        proc.start()
+    for proc in writers:
+        proc.join(timeout=300)
+    assert [p.exitcode for p in writers] == [0, 0]
+    with pymongo.MongoClient(url) as client:
+        db = client.get_default_database()
+        removed = {d["_id"]: d["removed"] for d in db["users"].find({"removed": {"$exists": True}})}
+        celebrities = {d["_id"] for d in db["users"].find({"celeb": True})}
+        client.drop_database(db.name)
+    assert removed == {f"u{n}": 2 * n + 1 for n in range(USERS)}
+    assert celebrities == {f"c{n}" for n in range(USERS)}
